@@ -1,0 +1,21 @@
+"""Shared pytest fixtures: fixture host trees from fakehost.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fakehost import make_host
+from rknnlaunch.npu import HostRoot
+
+
+@pytest.fixture
+def host_factory(tmp_path: Path) -> Callable[[str], HostRoot]:
+    """`host_factory("rk3588-drm")` builds that fixture host under tmp_path and returns its root."""
+
+    def build(name: str) -> HostRoot:
+        return make_host(name, tmp_path / name)
+
+    return build
