@@ -1,0 +1,38 @@
+"""Pins the install split: the SDK imports without grpcio, the plugin without OpenCV/onnxruntime."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+# Setting sys.modules[name] = None makes any `import name` raise ImportError, as if not installed.
+_BLOCK = "import sys\nfor name in {blocked!r}:\n    sys.modules[name] = None\n"
+
+
+def _import_with_blocked(module: str, blocked: list[str]) -> subprocess.CompletedProcess[str]:
+    code = _BLOCK.format(blocked=blocked) + f"import {module}\nprint('ok')\n"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("module", "blocked"),
+    [
+        ("rknnlaunch", ["grpc", "google.protobuf", "cv2", "onnxruntime", "rich", "matplotlib", "rknnlite"]),
+        ("rknnlaunch.npu", ["grpc", "google.protobuf", "cv2", "onnxruntime"]),
+        ("rknpu_device_plugin", ["cv2", "onnxruntime", "matplotlib", "rknnlite"]),
+    ],
+)
+def test_package_imports_without_heavy_dependencies(module: str, blocked: list[str]) -> None:
+    result = _import_with_blocked(module, blocked)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_no_generic_top_level_plugin_package() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", "import importlib.util as u; print(u.find_spec('plugin'))"],
+        capture_output=True, text=True, cwd="/", timeout=60,
+    )
+    assert result.stdout.strip() == "None"
