@@ -1,0 +1,146 @@
+"""Node labels and node-exporter metrics without API access: NFD's ``features.d/rknpu`` and a textfile.
+
+Node Feature Discovery's nfd-worker reads every file in
+``/etc/kubernetes/node-feature-discovery/features.d/`` (``<namespace>/<name>=<value>`` lines, ``#``
+comments, an optional ``# +expiry-time=<RFC 3339>`` directive) and labels the node. Labels go under
+``rknpu.feature.node.kubernetes.io/``: NFD always accepts sub-namespaces of
+``feature.node.kubernetes.io``, whatever its ``-deny-label-ns`` setting. node-exporter's textfile
+collector reads ``*.prom`` files from its ``--collector.textfile.directory``. Both read while we write,
+so both files are written to a dot-file in the same folder and renamed into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+
+from rknnlaunch.npu import NpuInfo
+
+DEFAULT_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+FEATURE_FILE_NAME = "rknpu"
+LABEL_NAMESPACE = "rknpu.feature.node.kubernetes.io"
+TEXTFILE_NAME = "rknpu.prom"
+# A Kubernetes label value: <= 63 characters, alphanumerics with '-', '_' or '.' inside.
+_LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def runtime_mode(info: NpuInfo) -> str:
+    """How RKNN runtimes reach this NPU: ``drm`` (card + render node) or ``misc`` (/dev/rknpu + DMA heap)."""
+    return info.driver_kind
+
+
+def label_value(text: str) -> str:
+    """``text`` made a valid label value: ``"radxa,rock-5b"`` -> ``"radxa_rock-5b"``; may be empty."""
+    value = _LABEL_VALUE_BAD.sub("_", text.strip())[:63]
+    return value.strip("._-")
+
+
+def nfd_labels(info: NpuInfo) -> dict[str, str]:
+    """The node labels (name without namespace -> value) that describe this node's NPU."""
+    labels = {
+        "present": "true",
+        "soc": info.soc.name,
+        "npu-family": label_value(info.soc.npu_family),
+        "cores": str(info.core_count),
+        "runtime-mode": runtime_mode(info),
+        # Whether pods can pin cores (RK3588/RK3576) or must leave the mask to the runtime (RK356x).
+        "core-mask": "pinned" if info.soc.core_mask_settable else "auto-only",
+    }
+    if info.driver_version:
+        labels["driver-version"] = label_value(info.driver_version)
+    if info.compatible and info.compatible[0].lower() not in info.soc.compatibles:
+        board = label_value(info.compatible[0])
+        if board:
+            labels["board"] = board
+    return {name: value for name, value in labels.items() if value}
+
+
+def nfd_feature_text(info: NpuInfo, expires_at: datetime | None = None) -> str:
+    """The content of ``features.d/rknpu``.
+
+    With ``expires_at`` NFD drops the labels after that time unless the file is rewritten first,
+    so a node whose exporter stopped loses its NPU labels instead of keeping stale ones.
+    """
+    lines = ["# Written by rknpu-exporter / rknpu-device-plugin (rknnlaunch); do not edit."]
+    if expires_at is not None:
+        stamp = expires_at.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+        lines.append(f"# +expiry-time={stamp}")
+    lines += [f"{LABEL_NAMESPACE}/{name}={value}" for name, value in sorted(nfd_labels(info).items())]
+    # A few hundred bytes: far below the 64 kB above which NFD ignores a feature file.
+    return "\n".join(lines) + "\n"
+
+
+def parse_feature_text(text: str) -> dict[str, str]:
+    """A feature file -> {label: value}, read the way nfd-worker does (comments skipped, "true" default)."""
+    labels: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, value = line.partition("=")
+        labels[name.strip()] = value.strip() if sep else "true"
+    return labels
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``text`` so a concurrent reader sees the old file or the new one, never half.
+
+    The temporary file is a dot-file in the same folder (same filesystem for rename; ignored by
+    NFD, and not ``*.prom`` so node-exporter skips it too).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp_name, mode)
+        os.replace(temp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp_name)
+        raise
+
+
+def write_feature_file(
+    features_dir: str | os.PathLike[str], info: NpuInfo, expires_at: datetime | None = None
+) -> Path:
+    """Write ``<features_dir>/rknpu`` atomically; returns its path."""
+    path = Path(features_dir) / FEATURE_FILE_NAME
+    write_atomic(path, nfd_feature_text(info, expires_at))
+    return path
+
+
+def remove_feature_file(features_dir: str | os.PathLike[str]) -> bool:
+    """Remove ``<features_dir>/rknpu`` (the NPU is gone: its labels should go too). True if removed."""
+    try:
+        (Path(features_dir) / FEATURE_FILE_NAME).unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def textfile_text(registry: CollectorRegistry) -> str:
+    """The registry in Prometheus text format, as node-exporter's textfile collector reads it."""
+    return generate_latest(registry).decode("utf-8")
+
+
+def write_textfile(textfile_dir: str | os.PathLike[str], registry: CollectorRegistry) -> Path:
+    """Write ``<textfile_dir>/rknpu.prom`` atomically from ``registry``; returns its path."""
+    path = Path(textfile_dir) / TEXTFILE_NAME
+    write_atomic(path, textfile_text(registry))
+    return path
+
+
+def describe_labels(labels: Mapping[str, str]) -> str:
+    """``{"soc": "rk3588", ...}`` -> ``"soc=rk3588, ..."`` for a log line."""
+    return ", ".join(f"{name}={value}" for name, value in sorted(labels.items()))
