@@ -1,11 +1,188 @@
-"""The `rknpu-device-plugin` entry point (placeholder until the plugin issue lands)."""
+"""The `rknpu-device-plugin` entry point: settings, wiring, signals, and the one place errors
+become exit codes."""
 
 from __future__ import annotations
 
+import importlib
+import json
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from rknnlaunch import RknnLaunchError, UsageError, __version__
+from rknnlaunch.npu import HostRoot, soc_by_name
+
+from ._devices import cdi_spec
+from ._events import NullEvents, PluginEvents
+from ._log import get_logger, setup_logging
+from ._settings import PluginSettings, build_parser, settings_from
+
+SHUTDOWN_JOIN_SECONDS = 1.5
+_log = get_logger()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    print("rknpu-device-plugin: not available yet", file=sys.stderr)
-    return 1
+    """Run the plugin until SIGTERM/SIGINT; 0 on a clean stop, 1 on failure, 2 on bad settings."""
+    try:
+        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        if getattr(args, "version", False):
+            print(f"rknpu-device-plugin {__version__}")
+            return 0
+        settings = settings_from(args)
+    except UsageError as exc:
+        print(f"rknpu-device-plugin: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    setup_logging(settings.log_format, settings.log_level)
+    try:
+        return run(settings)
+    except RknnLaunchError as exc:
+        _log.error(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 0
+
+
+def run(settings: PluginSettings) -> int:
+    # gRPC is imported here, not at module level, so `--help` and bad settings answer fast.
+    from ._lifecycle import Endpoint, Supervisor
+    from ._resources import ResourceManager
+    from ._service import DevicePluginService
+
+    host = HostRoot(settings.host_root)
+    stop = threading.Event()
+    stoppers: list[Callable[[], None]] = []
+    events: PluginEvents = NullEvents()
+
+    resources_holder: list[ResourceManager] = []
+    if settings.metrics_address:
+        events, stop_metrics = _start_metrics(settings, host, lambda: resources_holder[0].info)
+        stoppers.append(stop_metrics)
+
+    resources = ResourceManager(
+        host,
+        events,
+        mode=settings.mode,
+        replicas=settings.replicas,
+        soc_hint=soc_by_name(settings.soc) if settings.soc else None,
+        health_interval=settings.health_interval,
+        use_inotify=settings.inotify,
+    )
+    resources_holder.append(resources)
+    _log.info(
+        "starting",
+        extra={
+            "fields": {
+                "version": __version__,
+                "host_root": str(settings.host_root),
+                "device_plugin_dir": str(settings.device_plugin_dir),
+                "mode": settings.mode,
+                "replicas": settings.replicas,
+            }
+        },
+    )
+    resources.scan()
+    if resources.info is None and settings.fail_on_init_error:
+        _log.error("exiting: --fail-on-init-error is set and no usable NPU was found")
+        for stopper in stoppers:
+            stopper()
+        return 1
+
+    service = DevicePluginService(resources, events, settings.mode, cdi=False)
+
+    def endpoint_for() -> Endpoint | None:
+        info = resources.info
+        if info is None:
+            return None
+        return Endpoint(
+            settings.device_plugin_dir,
+            settings.resolved_socket_name(info.soc.name),
+            settings.resolved_resource_name(info.soc.name),
+        )
+
+    def before_serve() -> None:
+        if settings.cdi:
+            service.cdi = _write_cdi_spec(settings, resources)
+
+    supervisor = Supervisor(
+        settings.device_plugin_dir,
+        endpoint_for,
+        service,
+        events,
+        before_serve=before_serve,
+        use_inotify=settings.inotify,
+    )
+    resources.on_ready = supervisor.wake
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    threads = [
+        threading.Thread(target=resources.run, args=(stop,), name="health", daemon=True),
+        threading.Thread(target=supervisor.run, args=(stop,), name="supervisor", daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        stop.wait()
+    finally:
+        _log.info("stopping")
+        resources.close()
+        supervisor.wake()
+        for thread in threads:
+            thread.join(SHUTDOWN_JOIN_SECONDS)
+        for stopper in stoppers:
+            stopper()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    _log.info("stopped")
+    return 0
+
+
+def _start_metrics(
+    settings: PluginSettings, host: HostRoot, current_info: Callable[[], Any]
+) -> tuple[PluginEvents, Callable[[], None]]:
+    """Start the telemetry helper's metrics server (imported lazily: prometheus-client is optional)."""
+    try:
+        metrics_module = importlib.import_module("rknpu_device_plugin._metrics")
+    except ImportError as exc:
+        raise UsageError(
+            f"--metrics-address is set but metrics are unavailable: {exc}",
+            "install rknnlaunch[plugin] (prometheus-client), or leave --metrics-address unset",
+        ) from None
+    metrics: PluginEvents = metrics_module.PluginMetrics()
+    resource_name = settings.resource_name
+    stop_metrics: Callable[[], None] = metrics_module.start_metrics_server(
+        settings.metrics_address, metrics, host, current_info, settings.pod_resources_socket, resource_name
+    )
+    return metrics, stop_metrics
+
+
+def _write_cdi_spec(settings: PluginSettings, resources: Any) -> bool:
+    """Write the CDI spec atomically; False (and an error line) if it cannot be written."""
+    info = resources.info
+    if info is None:
+        return False
+    spec = cdi_spec(info, resources.compatible_host_path())
+    path = Path(settings.cdi_dir) / "rockchip.com-npu.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".rknpu-", suffix=".json")
+        with os.fdopen(fd, "w") as handle:
+            json.dump(spec, handle, indent=2)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _log.error(
+            "cannot write the CDI spec; Allocate returns device nodes only",
+            extra={"fields": {"path": str(path), "error": str(exc)}},
+        )
+        return False
+    _log.info("wrote CDI spec", extra={"fields": {"path": str(path), "device": "rockchip.com/npu=npu"}})
+    return True

@@ -1,0 +1,212 @@
+"""The resource manager: owns the NPU's discovery state and device health, and feeds ListAndWatch.
+
+Health is event driven (inotify on the device nodes' folders) with a periodic re-check of the
+driver (re-discovery). Every ListAndWatch stream has its own queue; each health change pushes the
+whole device list to every queue; `close()` ends every stream.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from rknnlaunch import DiscoveryError
+from rknnlaunch.npu import COMPATIBLE_PATH, HostRoot, NpuInfo, SocSpec, discover
+
+from ._devices import Mode, device_ids
+from ._events import PluginEvents
+from ._log import get_logger
+from ._watch import FolderWatcher
+
+_log = get_logger("health")
+
+# How often the node folders are polled when inotify is unavailable (health within 1 s).
+POLL_FALLBACK_INTERVAL = 0.25
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    """One published view: the device IDs in order and each one's health."""
+
+    ids: tuple[str, ...]
+    health: Mapping[str, bool]
+
+    def devices(self) -> list[tuple[str, bool]]:
+        return [(device_id, self.health[device_id]) for device_id in self.ids]
+
+
+class ResourceManager:
+    def __init__(
+        self,
+        host: HostRoot,
+        events: PluginEvents,
+        mode: Mode = "core",
+        replicas: int = 1,
+        soc_hint: SocSpec | None = None,
+        health_interval: float = 2.0,
+        use_inotify: bool = True,
+    ) -> None:
+        self.host = host
+        self._events = events
+        self._mode: Mode = mode
+        self._replicas = replicas
+        self._soc_hint = soc_hint
+        self._health_interval = health_interval
+        self._use_inotify = use_inotify
+        self._lock = threading.Lock()
+        self._info: NpuInfo | None = None
+        self._state = DeviceState((), {})
+        self._reason: str | None = None
+        self._last_error: str | None = None
+        self._subscribers: set[queue.Queue[DeviceState | None]] = set()
+        self._closed = False
+        self.ready = threading.Event()
+        """Set once an NPU has been discovered (the supervisor waits for it before registering)."""
+        self._watcher: FolderWatcher | None = None
+        self.on_ready: Callable[[], None] = lambda: None
+        """Called (from the health thread) when the NPU is first discovered."""
+
+    # --- state, read from gRPC threads ------------------------------------------------------------
+
+    @property
+    def info(self) -> NpuInfo | None:
+        with self._lock:
+            return self._info
+
+    @property
+    def state(self) -> DeviceState:
+        with self._lock:
+            return self._state
+
+    @property
+    def last_error(self) -> str | None:
+        with self._lock:
+            return self._last_error
+
+    def compatible_host_path(self) -> str | None:
+        """The host path of the device-tree compatible file (links resolved), if it exists."""
+        try:
+            resolved = str(self.host.resolve(COMPATIBLE_PATH))
+        except OSError:
+            return None
+        return resolved if self.host.exists(resolved) else None
+
+    def subscribe(self) -> queue.Queue[DeviceState | None]:
+        """A new stream's queue; it starts with the current full list (None = end of stream)."""
+        subscription: queue.Queue[DeviceState | None] = queue.Queue()
+        with self._lock:
+            subscription.put(None if self._closed else self._state)
+            if not self._closed:
+                self._subscribers.add(subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: queue.Queue[DeviceState | None]) -> None:
+        with self._lock:
+            self._subscribers.discard(subscription)
+        subscription.put(None)
+
+    def close(self) -> None:
+        """End every ListAndWatch stream and stop the watch loop."""
+        with self._lock:
+            self._closed = True
+            subscribers, self._subscribers = self._subscribers, set()
+        for subscription in subscribers:
+            subscription.put(None)
+        if self._watcher is not None:
+            self._watcher.wake()
+
+    # --- scanning ------------------------------------------------------------------------------
+
+    def scan(self) -> bool:
+        """Discover the NPU and check its nodes once; publish when anything changed. True if changed."""
+        info: NpuInfo | None
+        try:
+            info = discover(self.host, soc_hint=self._soc_hint)
+            missing = [path for path in info.device_paths if not os.path.exists(self.host.local(path))]
+            error = f"device node(s) missing: {', '.join(missing)}" if missing else None
+        except DiscoveryError as exc:
+            info, error = None, str(exc)
+        except OSError as exc:  # a racing driver unload can break a read mid-discovery
+            info, error = None, f"cannot read the host: {exc}"
+        with self._lock:
+            if self._closed:
+                return False
+            first_info = info is not None and self._info is None
+            if info is not None:
+                self._info = info
+            current = self._info
+            ids = device_ids(current.core_count, self._mode, self._replicas) if current is not None else ()
+            healthy = error is None
+            state = DeviceState(ids, {device_id: healthy for device_id in ids})
+            changed = state != self._state
+            error_changed = error != self._last_error
+            self._last_error = error
+            if changed:
+                self._state = state
+                subscribers = list(self._subscribers)
+            else:
+                subscribers = []
+        if first_info and info is not None:
+            _log.info(
+                "NPU found",
+                extra={
+                    "fields": {
+                        "soc": info.soc.name,
+                        "cores": info.core_count,
+                        "core_source": info.core_count_source,
+                        "driver": info.driver_kind,
+                        "driver_version": info.driver_version,
+                        "nodes": list(info.device_paths),
+                    }
+                },
+            )
+            self.ready.set()
+            self.on_ready()
+        if current is None and error_changed and error is not None:
+            # The one actionable line for a node without a usable NPU; later scans stay quiet.
+            _log.error(
+                "no usable NPU; registering nothing and re-scanning for a late driver load",
+                extra={"fields": {"error": error}},
+            )
+        for subscription in subscribers:
+            subscription.put(state)
+        if changed and ids:
+            _log.info(
+                "health changed",
+                extra={
+                    "fields": {
+                        "healthy": [i for i in ids if state.health[i]],
+                        "unhealthy": [i for i in ids if not state.health[i]],
+                        **({"reason": error} if error else {}),
+                    }
+                },
+            )
+            self._events.health_changed(dict(state.health))
+        return changed
+
+    def run(self, stop: threading.Event) -> None:
+        """Scan now, then on every change in the device folders and every health interval."""
+        folders = [self.host.local(p) for p in ("/dev", "/dev/dri", "/dev/dma_heap")]
+        self._watcher = watcher = FolderWatcher(folders, use_inotify=self._use_inotify)
+        interval = (
+            self._health_interval
+            if watcher.uses_inotify
+            else min(self._health_interval, POLL_FALLBACK_INTERVAL)
+        )
+        try:
+            self.scan()
+            while not stop.is_set() and not self._closed:
+                watcher.wait(interval)
+                if stop.is_set() or self._closed:
+                    break
+                self.scan()
+        finally:
+            self._watcher = None
+            watcher.close()
+
+    def wake(self) -> None:
+        if self._watcher is not None:
+            self._watcher.wake()

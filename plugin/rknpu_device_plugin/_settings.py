@@ -1,0 +1,160 @@
+"""The plugin's settings: flags override RKNPU_PLUGIN_* environment variables; built once in main."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from rknnlaunch import UsageError
+from rknnlaunch.npu import soc_by_name
+
+ENV_PREFIX = "RKNPU_PLUGIN_"
+DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+# Kubernetes extended resource names: <DNS subdomain>/<name>; "{soc}" is filled in from discovery.
+_RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+class PluginSettings(BaseSettings):
+    """Everything the device plugin can be told. Field docs are the `--help` texts."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+
+    host_root: Path = Field(Path("/"), description="where the host's / is mounted (the DaemonSet uses /host)")
+    device_plugin_dir: Path = Field(
+        Path(DEFAULT_DEVICE_PLUGIN_DIR), description="kubelet's device plugin folder (holds kubelet.sock)"
+    )
+    resource_name: str = Field(
+        "rockchip.com/npu",
+        description='extended resource to offer; "{soc}" becomes the SoC name, e.g. rockchip.com/npu-{soc} '
+        "-> rockchip.com/npu-rk3588 (mixed fleets)",
+    )
+    socket_name: str | None = Field(
+        None,
+        description="our socket's file name in the device plugin folder (default: from the resource name)",
+    )
+    mode: Literal["core", "shared"] = Field(
+        "core", description="core: one device per NPU core; shared: each core offered --replicas times"
+    )
+    replicas: int = Field(1, ge=1, le=64, description="shared mode: how many pods may share one core")
+    soc: str | None = Field(
+        None, description="SoC to assume when the device tree cannot be read (e.g. rk3588)"
+    )
+    health_interval: float = Field(
+        2.0,
+        gt=0,
+        le=300,
+        description="seconds between driver re-checks (device node changes are seen at once)",
+    )
+    fail_on_init_error: bool = Field(
+        False,
+        description="exit 1 when no usable NPU is found at start (default: log it and keep re-scanning)",
+    )
+    inotify: bool = Field(True, description="watch folders with inotify (--no-inotify polls instead)")
+    cdi: bool = Field(False, description="also write a CDI spec and return cdi_devices from Allocate")
+    cdi_dir: Path = Field(Path("/var/run/cdi"), description="where --cdi writes the CDI spec")
+    log_format: Literal["text", "json"] = Field("text", description="log line format")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
+    metrics_address: str | None = Field(
+        None, description='serve Prometheus metrics on "host:port" (":9101" = all interfaces); default off'
+    )
+    pod_resources_socket: str = Field(
+        DEFAULT_POD_RESOURCES_SOCKET,
+        description="kubelet pod-resources socket (metrics: which pod holds which core)",
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_level(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("resource_name")
+    @classmethod
+    def _check_resource_name(cls, value: str) -> str:
+        if not _RESOURCE_NAME.fullmatch(value.replace("{soc}", "soc")):
+            raise ValueError(f"{value!r} is not an extended resource name like rockchip.com/npu")
+        return value
+
+    @field_validator("soc")
+    @classmethod
+    def _check_soc(cls, value: str | None) -> str | None:
+        if value is not None and soc_by_name(value) is None:
+            raise ValueError(f"unknown SoC {value!r}; use rk3588, rk3576, rk3568, rk3566 or rk3562")
+        return value
+
+    @field_validator("socket_name")
+    @classmethod
+    def _check_socket_name(cls, value: str | None) -> str | None:
+        if value is not None and (not value.endswith(".sock") or "/" in value or value == "kubelet.sock"):
+            raise ValueError(f"{value!r} must be a plain file name ending in .sock (and not kubelet.sock)")
+        return value
+
+    @model_validator(mode="after")
+    def _check_mode(self) -> PluginSettings:
+        if self.mode == "core" and self.replicas != 1:
+            raise ValueError("replicas only apply to --mode shared")
+        return self
+
+    def resolved_resource_name(self, soc_name: str) -> str:
+        return self.resource_name.replace("{soc}", soc_name)
+
+    def resolved_socket_name(self, soc_name: str) -> str:
+        if self.socket_name is not None:
+            return self.socket_name
+        return re.sub(r"[^A-Za-z0-9_.-]", "-", self.resolved_resource_name(soc_name)) + ".sock"
+
+
+_FLAG_TYPES: dict[str, Any] = {"replicas": int, "health_interval": float}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Flags mirror the settings fields; unset flags fall back to RKNPU_PLUGIN_* and then defaults."""
+    parser = argparse.ArgumentParser(
+        prog="rknpu-device-plugin",
+        description="Kubernetes device plugin offering Rockchip NPU cores as an extended resource "
+        "(default rockchip.com/npu). Every flag can also be set as RKNPU_PLUGIN_<FLAG> (upper case, "
+        "dashes as underscores); flags win.",
+        argument_default=argparse.SUPPRESS,
+    )
+    for name, field in PluginSettings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{field.description} (default: {field.default}; env {ENV_PREFIX}{name.upper()})"
+        if field.annotation is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
+            continue
+        kwargs: dict[str, Any] = {"help": help_text, "metavar": name.upper()}
+        if name == "mode":
+            kwargs["choices"] = ["core", "shared"]
+        elif name == "log_format":
+            kwargs["choices"] = ["text", "json"]
+        elif name in _FLAG_TYPES:
+            kwargs["type"] = _FLAG_TYPES[name]
+        parser.add_argument(flag, **kwargs)
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> PluginSettings:
+    """Flags given on the command line override the environment; raises UsageError when invalid."""
+    given = {key: value for key, value in vars(args).items() if key in PluginSettings.model_fields}
+    try:
+        return PluginSettings(**given)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or 'settings'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise UsageError(
+            f"invalid plugin settings: {problems}",
+            f"fix the flag or its {ENV_PREFIX}* environment variable (see rknpu-device-plugin --help)",
+        ) from None
+
+
+def parse_settings(argv: Sequence[str]) -> PluginSettings:
+    return settings_from(build_parser().parse_args(list(argv)))

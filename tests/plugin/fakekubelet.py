@@ -1,0 +1,260 @@
+"""A fake kubelet for device plugin tests and the benchmark: a real gRPC Registration server on
+kubelet.sock in a temporary device plugin folder, a client for the plugin's socket, and a handle
+on the real plugin process.
+
+It behaves as the kubelet does where the plugin can tell: on (re)start it deletes every socket
+in the folder before creating kubelet.sock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from rknpu_device_plugin._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
+from rknpu_device_plugin._kubeapi.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+
+KUBELET_SOCKET = "kubelet.sock"
+
+
+class _Registration(pb_grpc.RegistrationServicer):
+    def __init__(self, requests: queue.Queue[tuple[float, pb.RegisterRequest]]) -> None:
+        self._requests = requests
+
+    def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.Empty:
+        self._requests.put((time.monotonic(), request))
+        return pb.Empty()
+
+
+class FakeKubelet:
+    def __init__(self, plugin_dir: Path) -> None:
+        self.plugin_dir = plugin_dir
+        self.requests: queue.Queue[tuple[float, pb.RegisterRequest]] = queue.Queue()
+        self._server: grpc.Server | None = None
+
+    @property
+    def socket(self) -> Path:
+        return self.plugin_dir / KUBELET_SOCKET
+
+    def start(self) -> None:
+        """Start serving; like the real kubelet, first delete every socket in the folder."""
+        self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        self.delete_all_sockets()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        pb_grpc.add_RegistrationServicer_to_server(_Registration(self.requests), server)
+        assert server.add_insecure_port(f"unix://{self.socket}") != 0
+        server.start()
+        self._server = server
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(0).wait(2)
+            self._server = None
+        with contextlib.suppress(FileNotFoundError):
+            self.socket.unlink()
+
+    def restart(self) -> float:
+        """Stop, delete every socket, serve a new kubelet.sock; returns the restart time (monotonic)."""
+        self.stop()
+        self.start()
+        return time.monotonic()
+
+    def delete_all_sockets(self) -> None:
+        for path in self.plugin_dir.iterdir():
+            if path.is_socket():
+                path.unlink()
+
+    def wait_registration(self, timeout: float = 10.0) -> tuple[float, pb.RegisterRequest]:
+        try:
+            return self.requests.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no Register call within {timeout} s") from None
+
+    def no_registration(self, timeout: float) -> bool:
+        try:
+            self.requests.get(timeout=timeout)
+        except queue.Empty:
+            return True
+        return False
+
+    def plugin_channel(self, endpoint: str) -> grpc.Channel:
+        return grpc.insecure_channel(f"unix://{self.plugin_dir / endpoint}")
+
+    def plugin_stub(self, endpoint: str) -> pb_grpc.DevicePluginStub:
+        return pb_grpc.DevicePluginStub(self.plugin_channel(endpoint))
+
+
+class DeviceStream:
+    """A ListAndWatch stream read on its own thread, so tests can wait on messages with timeouts."""
+
+    def __init__(self, stub: pb_grpc.DevicePluginStub) -> None:
+        self._call = stub.ListAndWatch(pb.Empty())
+        self.messages: queue.Queue[list[tuple[str, str]] | None] = queue.Queue()
+        self.error: grpc.RpcError | None = None
+        self.ended = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for response in self._call:
+                self.messages.put([(d.ID, d.health) for d in response.devices])
+        except grpc.RpcError as exc:
+            self.error = exc
+        finally:
+            self.messages.put(None)
+            self.ended.set()
+
+    def next(self, timeout: float = 5.0) -> list[tuple[str, str]] | None:
+        try:
+            return self.messages.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no ListAndWatch message within {timeout} s") from None
+
+    def wait_for(
+        self, predicate: Callable[[list[tuple[str, str]]], bool], timeout: float = 5.0
+    ) -> tuple[list[tuple[str, str]], float]:
+        """The first message matching ``predicate`` and when it arrived (monotonic)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no matching ListAndWatch message within {timeout} s")
+            message = self.next(left)
+            if message is None:
+                raise AssertionError(f"stream ended while waiting (error: {self.error})")
+            if predicate(message):
+                return message, time.monotonic()
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+def all_health(health: str) -> Callable[[list[tuple[str, str]]], bool]:
+    return lambda devices: bool(devices) and all(h == health for _, h in devices)
+
+
+class PluginProcess:
+    """The real plugin (`python -m rknpu_device_plugin`), its JSON log lines collected as they come."""
+
+    def __init__(
+        self, host_root: Path, plugin_dir: Path, *args: str, env: dict[str, str] | None = None
+    ) -> None:
+        command = [
+            sys.executable,
+            "-m",
+            "rknpu_device_plugin",
+            "--host-root",
+            str(host_root),
+            "--device-plugin-dir",
+            str(plugin_dir),
+            "--log-format",
+            "json",
+            *args,
+        ]
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("RKNPU_PLUGIN_")}
+        full_env.update(env or {})
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env
+        )
+        self.lines: list[dict[str, Any]] = []
+        self._new_line = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for raw in self.process.stderr:
+            try:
+                line = json.loads(raw)
+            except json.JSONDecodeError:
+                line = {"msg": raw.rstrip(), "level": "raw"}
+            with self._new_line:
+                self.lines.append(line)
+                self._new_line.notify_all()
+        with self._new_line:
+            self.lines.append({"msg": "<eof>", "level": "eof"})
+            self._new_line.notify_all()
+
+    def wait_log(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        with self._new_line:
+            seen = 0
+            while True:
+                for line in self.lines[seen:]:
+                    if predicate(line):
+                        return line
+                seen = len(self.lines)
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.lines and self.lines[-1].get("level") == "eof"):
+                    raise AssertionError(f"no matching log line; got: {self.lines[-20:]}")
+                self._new_line.wait(left)
+
+    def logs(self, message: str) -> list[dict[str, Any]]:
+        with self._new_line:
+            return [line for line in self.lines if line.get("msg") == message]
+
+    def signal(self, signum: int = signal.SIGTERM) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float = 5.0) -> int:
+        return self.process.wait(timeout)
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.signal(signal.SIGTERM)
+            try:
+                return self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                return self.process.wait(5)
+        return self.process.returncode
+
+    def rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
+
+def allocate(stub: pb_grpc.DevicePluginStub, *containers: Sequence[str]) -> pb.AllocateResponse:
+    request = pb.AllocateRequest(
+        container_requests=[pb.ContainerAllocateRequest(devices_ids=list(ids)) for ids in containers]
+    )
+    response: pb.AllocateResponse = stub.Allocate(request, timeout=5)
+    return response
+
+
+def preferred(
+    stub: pb_grpc.DevicePluginStub, available: Sequence[str], must: Sequence[str], size: int
+) -> list[str]:
+    request = pb.PreferredAllocationRequest(
+        container_requests=[
+            pb.ContainerPreferredAllocationRequest(
+                available_deviceIDs=list(available), must_include_deviceIDs=list(must), allocation_size=size
+            )
+        ]
+    )
+    response = stub.GetPreferredAllocation(request, timeout=5)
+    return list(response.container_responses[0].deviceIDs)
+
+
+def ids_of(devices: Iterator[tuple[str, str]] | list[tuple[str, str]]) -> list[str]:
+    return [device_id for device_id, _ in devices]
