@@ -20,7 +20,7 @@ import socket
 import socketserver
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
@@ -31,6 +31,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from rknnlaunch import UsageError
 from rknnlaunch.npu import HostRoot, NpuInfo, read_frequency, read_load
+from rknnlaunch.npu._discovery import DRIVER_DIRS
 
 from ._podresources import CoreHolder, PodResourcesClient, PodResourcesError
 
@@ -316,51 +317,72 @@ class NpuCollector:
             )
 
     def _read_load(self, info: NpuInfo, readable: dict[str, bool]) -> tuple[float, ...] | None:
-        try:
-            load = read_load(self.host, info)
-        except PermissionError:
+        # Discovery leaves load_path unset when it could not read the file at start; try the
+        # driver's folders again so load appears once debugfs is mounted or made readable.
+        candidates = [info] if info.load_path else [
+            replace(info, load_path=f"{folder}/load") for folder in DRIVER_DIRS
+        ]
+        denied: str | None = None
+        for candidate in candidates:
+            try:
+                load = read_load(self.host, candidate)
+            except PermissionError:
+                denied = denied or candidate.load_path
+                continue
+            except OSError:
+                continue
+            except ValueError as exc:
+                readable[LOAD_FILE] = True
+                self._parse_failures[LOAD_FILE] += 1
+                log.debug("unparsable load text: %s", exc)
+                return None
+            readable[LOAD_FILE] = True
+            # A garbled line can name cores the SoC does not have; export only real ones.
+            return tuple(clamp_ratio(ratio) for ratio in load[: info.soc.npu_cores])
+        if denied is not None:
             self._say_once(
-                "load-permission",
-                f"cannot read the NPU driver's {info.load_path}: permission denied (debugfs is "
-                "root-only); exporting everything else without per-core load. Run as root with the "
-                "host's /sys/kernel/debug visible to get rknpu_core_load_ratio",
+                "load-denied",
+                f"cannot read the NPU driver's {denied}: permission denied (debugfs is root-only); "
+                "exporting everything else without per-core load. Run as root with the host's "
+                "/sys/kernel/debug visible to get rknpu_core_load_ratio",
             )
-            return None
-        except OSError as exc:
+        else:
             self._say_once(
                 "load-missing",
-                f"cannot read the NPU driver's load file ({exc}); exporting everything else without "
-                "per-core load. Mount debugfs (/sys/kernel/debug) or build rknpu with /proc/rknpu",
+                "the NPU driver's load file is in neither "
+                + " nor ".join(f"{folder}/load" for folder in DRIVER_DIRS)
+                + f" under {self.host.root}; exporting everything else without per-core load. "
+                "Mount the host's /sys/kernel/debug (debugfs) into the container",
             )
-            return None
-        except ValueError as exc:
-            readable[LOAD_FILE] = True
-            self._parse_failures[LOAD_FILE] += 1
-            log.debug("unparsable load text: %s", exc)
-            return None
-        readable[LOAD_FILE] = True
-        # A garbled line can name cores the SoC does not have; export only real ones.
-        return tuple(clamp_ratio(ratio) for ratio in load[: info.soc.npu_cores])
+        return None
 
     def _read_frequency(self, info: NpuInfo, readable: dict[str, bool]) -> int | None:
-        try:
-            frequency = read_frequency(self.host, info)
-        except OSError as exc:
-            self._say_once(
-                "freq-unreadable",
-                f"cannot read the NPU clock ({exc}); rknpu_frequency_hertz is left out",
-            )
-            return None
-        except ValueError as exc:
+        candidates = [info]
+        if info.soc.devfreq_node and not (info.frequency_path or "").startswith("/sys/class/devfreq"):
+            # devfreq's cur_freq is world-readable where debugfs' freq is not.
+            devfreq = f"/sys/class/devfreq/{info.soc.devfreq_node}/cur_freq"
+            candidates.append(replace(info, frequency_path=devfreq))
+        problem: OSError | None = None
+        for candidate in candidates:
+            try:
+                frequency = read_frequency(self.host, candidate)
+            except OSError as exc:
+                problem = problem or exc
+                continue
+            except ValueError as exc:
+                readable[FREQUENCY_FILE] = True
+                self._parse_failures[FREQUENCY_FILE] += 1
+                log.debug("unparsable freq text: %s", exc)
+                return None
             readable[FREQUENCY_FILE] = True
-            self._parse_failures[FREQUENCY_FILE] += 1
-            log.debug("unparsable freq text: %s", exc)
-            return None
-        readable[FREQUENCY_FILE] = True
-        if frequency > MAX_PLAUSIBLE_FREQUENCY_HZ:
-            self._parse_failures[FREQUENCY_FILE] += 1
-            return None
-        return frequency
+            if frequency > MAX_PLAUSIBLE_FREQUENCY_HZ:
+                self._parse_failures[FREQUENCY_FILE] += 1
+                return None
+            return frequency
+        self._say_once(
+            "freq-unreadable", f"cannot read the NPU clock ({problem}); rknpu_frequency_hertz is left out"
+        )
+        return None
 
     def _read_holders(self) -> tuple[tuple[CoreHolder, ...], bool | None]:
         if self.pod_resources is None:

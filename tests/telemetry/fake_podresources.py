@@ -46,7 +46,7 @@ class FakePodResources(api_pb2_grpc.PodResourcesListerServicer):  # type: ignore
         with self._lock:
             self.assignments = list(assignments)
 
-    def List(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC method name)
+    def List(self, request: Any, context: Any) -> Any:
         with self._lock:
             self.calls += 1
             assignments = list(self.assignments)

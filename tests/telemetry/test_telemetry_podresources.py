@@ -7,8 +7,8 @@ import time
 
 import grpc
 import pytest
-
 from fake_podresources import Assignment, PodResourcesServer
+
 from rknpu_device_plugin._kubeapi.podresources.v1 import api_pb2
 from rknpu_device_plugin._podresources import (
     CoreHolder,
