@@ -74,7 +74,9 @@ def preferred_allocation(
     ``must_include``, prefer (1) a core set one RKNNLite context can run on, else the set that
     splits into the fewest runnable groups; (2) the choice that leaves the largest runnable core
     set free for the next pod (a 1-core request on RK3588 takes core 2 so {0, 1} stays free);
-    (3) the lowest core numbers. Shared mode: take replicas of the core with the most free
+    (3) the choice that leaves the largest runnable set once every core is free again (cores
+    other pods hold come back: with core 0 taken, a 1-core request still takes core 2);
+    (4) the lowest core numbers. Shared mode: take replicas of the core with the most free
     replicas (spreads light pods), then of the next. IDs that are not ours are never chosen.
     """
     known = [i for i in dict.fromkeys(available) if _core_below(i, core_count)]
@@ -98,11 +100,22 @@ def _core_below(device_id: str, core_count: int) -> bool:
 
 def _core_score(
     soc: SocSpec, core_count: int, chosen: CoreSet, free_all: CoreSet
-) -> tuple[int, int, int, tuple[int, ...]]:
+) -> tuple[int, int, int, int, tuple[int, ...]]:
     groups = len(runnable_groups(soc, chosen, core_count)) if chosen else 0
-    left = free_all - chosen
-    largest_left = max((len(s) for s in runnable_core_sets(soc, core_count, left)), default=0)
-    return (0 if is_runnable(soc, chosen, core_count) else 1, groups, -largest_left, tuple(sorted(chosen)))
+    largest_free_now = _largest_runnable(soc, core_count, free_all - chosen)
+    # Cores other pods hold come back later: prefer leaving the cores that pair up with them.
+    largest_free_later = _largest_runnable(soc, core_count, frozenset(range(core_count)) - chosen)
+    return (
+        0 if is_runnable(soc, chosen, core_count) else 1,
+        groups,
+        -largest_free_now,
+        -largest_free_later,
+        tuple(sorted(chosen)),
+    )
+
+
+def _largest_runnable(soc: SocSpec, core_count: int, cores: CoreSet) -> int:
+    return max((len(s) for s in runnable_core_sets(soc, core_count, cores)), default=0)
 
 
 def _shared_pick(rest: Sequence[str], need: int) -> list[str]:

@@ -1,0 +1,161 @@
+"""The pure device logic: IDs, the preferred-allocation policy, request checks, Allocate contents."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rknnlaunch.npu import DeviceNode, NpuInfo, soc_by_name
+from rknpu_device_plugin._devices import (
+    AllocationError,
+    cdi_spec,
+    check_request,
+    container_plan,
+    core_of,
+    device_ids,
+    preferred_allocation,
+)
+
+RK3588 = soc_by_name("rk3588")
+RK3576 = soc_by_name("rk3576")
+RK3568 = soc_by_name("rk3568")
+assert RK3588 is not None and RK3576 is not None and RK3568 is not None
+
+
+def ids(*cores: int) -> list[str]:
+    return [f"npu-core-{core}" for core in cores]
+
+
+def test_device_ids_per_mode() -> None:
+    assert device_ids(3) == ("npu-core-0", "npu-core-1", "npu-core-2")
+    assert device_ids(2, "shared", 2) == ("npu-core-0-0", "npu-core-0-1", "npu-core-1-0", "npu-core-1-1")
+    assert [core_of(i) for i in ("npu-core-2", "npu-core-1-7", "gpu-0", "npu-core-")] == [2, 1, None, None]
+
+
+@pytest.mark.parametrize(
+    ("soc", "available", "must", "size", "expected", "why"),
+    [
+        (RK3588, ids(0, 1, 2), [], 1, ids(2), "1 core: take core 2 so {0,1} stays runnable"),
+        (RK3588, ids(0, 1, 2), [], 2, ids(0, 1), "2 cores: {0,1} is the only runnable pair"),
+        (RK3588, ids(0, 1, 2), [], 3, ids(0, 1, 2), "all three run as one context (mask 7)"),
+        (RK3588, ids(0, 1), [], 1, ids(0), "tie: lowest core"),
+        (RK3588, ids(1, 2), [], 2, ids(1, 2), "no runnable pair left: the only choice"),
+        (RK3588, ids(0, 1, 2), ids(1), 2, ids(0, 1), "must-include 1 pairs with 0"),
+        (RK3588, ids(0, 1, 2), ids(2), 2, ids(0, 2), "must-include 2: two groups either way, lowest"),
+        (RK3588, ids(0, 1, 2), ids(2, 1), 1, ids(2, 1), "must-include beyond the size is returned whole"),
+        (RK3588, ids(0), [], 2, ids(0), "fewer available than asked: all of them"),
+        (RK3588, ["gpu-0", "npu-core-9", *ids(1, 2)], [], 1, ids(2), "foreign and out-of-range IDs ignored"),
+        (RK3576, ids(0, 1), [], 1, ids(0), "RK3576: symmetric, lowest"),
+        (RK3576, ids(0, 1), [], 2, ids(0, 1), "RK3576: mask 3 is runnable"),
+        (RK3568, ids(0), [], 1, ids(0), "single core"),
+    ],
+)
+def test_preferred_allocation_core_mode(
+    soc: object, available: list[str], must: list[str], size: int, expected: list[str], why: str
+) -> None:
+    assert soc is not None
+    count = soc.npu_cores  # type: ignore[attr-defined]
+    assert preferred_allocation(soc, count, available, must, size) == expected, why  # type: ignore[arg-type]
+
+
+def test_preferred_allocation_shared_mode_spreads_over_the_least_used_core() -> None:
+    available = ["npu-core-0-0", "npu-core-0-1", "npu-core-1-1", "npu-core-2-0", "npu-core-2-1"]
+    assert preferred_allocation(RK3588, 3, available, [], 1, "shared") == ["npu-core-0-0"]
+    available = ["npu-core-0-1", "npu-core-1-0", "npu-core-1-1", "npu-core-2-1"]
+    assert preferred_allocation(RK3588, 3, available, [], 1, "shared") == ["npu-core-1-0"]
+    assert preferred_allocation(RK3588, 3, available, ["npu-core-2-1"], 2, "shared") == [
+        "npu-core-2-1",
+        "npu-core-1-0",
+    ]
+
+
+@given(
+    available=st.sets(st.integers(0, 2), min_size=1),
+    must_size=st.integers(0, 3),
+    size=st.integers(1, 3),
+)
+def test_preferred_allocation_is_a_valid_answer(available: set[int], must_size: int, size: int) -> None:
+    offered = ids(*sorted(available))
+    must = offered[: min(must_size, size)]
+    chosen = preferred_allocation(RK3588, 3, offered, must, size)
+    assert len(chosen) == len(set(chosen)) == min(size, len(offered))
+    assert set(must) <= set(chosen) <= set(offered)
+
+
+HEALTH = {i: True for i in ids(0, 1, 2)}
+
+
+@pytest.mark.parametrize(
+    ("request_ids", "health", "message"),
+    [
+        (["npu-core-5"], HEALTH, "unknown device ID 'npu-core-5'"),
+        (["npu-core-0", "npu-core-0"], HEALTH, "'npu-core-0' is requested twice"),
+        (["npu-core-1"], {**HEALTH, "npu-core-1": False}, "'npu-core-1' is Unhealthy"),
+        ([], HEALTH, "names no device ID"),
+    ],
+)
+def test_check_request_names_the_bad_id(
+    request_ids: list[str], health: dict[str, bool], message: str
+) -> None:
+    with pytest.raises(AllocationError, match=message) as caught:
+        check_request(request_ids, tuple(HEALTH), health)
+    assert caught.value.unhealthy == ("Unhealthy" in message)
+
+
+def test_check_request_accepts_healthy_known_ids() -> None:
+    check_request(ids(0, 2), tuple(HEALTH), HEALTH)
+
+
+def _info(soc_name: str, nodes: tuple[DeviceNode, ...], cores: int) -> NpuInfo:
+    soc = soc_by_name(soc_name)
+    assert soc is not None
+    kind = "misc" if nodes[0].role == "misc" else "drm"
+    return NpuInfo(soc, (f"rockchip,{soc_name}",), cores, "test", kind, nodes)
+
+
+DRM_NODES = (DeviceNode("/dev/dri/card1", "card"), DeviceNode("/dev/dri/renderD129", "render"))
+MISC_NODES = (DeviceNode("/dev/rknpu", "misc"), DeviceNode("/dev/dma_heap/system", "dma_heap"))
+
+
+def test_container_plan_drm() -> None:
+    plan = container_plan(
+        _info("rk3588", DRM_NODES, 3), ids(0, 2), "/sys/firmware/devicetree/base/compatible"
+    )
+    assert plan.mask == 5 and plan.cores == {0, 2}
+    assert plan.envs == {
+        "RKNN_NPU_CORE_MASK": "5",
+        "RKNN_NPU_CORES": "0,2",
+        "RKNN_NPU_SOC": "rk3588",
+        "RKNN_NPU_DEVICE": "/dev/dri/renderD129",
+        "RKNN_NPU_COMPATIBLE_FILE": "/run/rknpu/compatible",
+    }
+    assert [(d.host_path, d.permissions) for d in plan.devices] == [
+        ("/dev/dri/card1", "rw"),
+        ("/dev/dri/renderD129", "rw"),
+    ]
+    assert [(m.container_path, m.read_only) for m in plan.mounts] == [("/run/rknpu/compatible", True)]
+    assert plan.cdi_devices == ()
+
+
+def test_container_plan_misc_single_core_without_compatible_file() -> None:
+    plan = container_plan(_info("rk3568", MISC_NODES, 1), ["npu-core-0"], None, cdi=True)
+    assert plan.envs["RKNN_NPU_CORE_MASK"] == "1" and plan.envs["RKNN_NPU_DEVICE"] == "/dev/rknpu"
+    assert "RKNN_NPU_COMPATIBLE_FILE" not in plan.envs and plan.mounts == ()
+    assert [d.host_path for d in plan.devices] == ["/dev/rknpu", "/dev/dma_heap/system"]
+    assert plan.cdi_devices == ("rockchip.com/npu=npu",)
+
+
+def test_shared_mode_ids_map_to_their_core_mask() -> None:
+    plan = container_plan(_info("rk3588", DRM_NODES, 3), ["npu-core-1-0", "npu-core-1-1"], None)
+    assert plan.mask == 2 and plan.envs["RKNN_NPU_CORES"] == "1"
+
+
+def test_cdi_spec_lists_the_npu_nodes_and_the_compatible_mount() -> None:
+    spec = cdi_spec(_info("rk3588", DRM_NODES, 3), "/sys/firmware/devicetree/base/compatible")
+    assert spec["kind"] == "rockchip.com/npu" and spec["cdiVersion"] == "0.5.0"
+    device = spec["devices"][0]  # type: ignore[index]
+    assert device["name"] == "npu"
+    edits = device["containerEdits"]
+    assert [n["path"] for n in edits["deviceNodes"]] == ["/dev/dri/card1", "/dev/dri/renderD129"]
+    assert edits["mounts"][0]["containerPath"] == "/run/rknpu/compatible"
