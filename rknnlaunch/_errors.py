@@ -42,3 +42,29 @@ class UnsupportedDriverError(DiscoveryError):
 
 class UnknownSocError(DiscoveryError):
     """The device tree names no SoC we know."""
+
+
+class SettingsError(UsageError):
+    """An RKNN_NPU_* / RKNNLAUNCH_* environment variable has a value we cannot use."""
+
+
+class ModelError(RknnLaunchError):
+    """A model file is missing, truncated, not an .rknn/.onnx file, or built for another SoC."""
+
+
+class BackendUnavailableError(RknnLaunchError):
+    """The requested backend cannot run here (RKNNLite or onnxruntime not installed, no NPU)."""
+
+
+class RuntimeInitError(RknnLaunchError):
+    """RKNNLite returned -1; ``log_lines`` holds what the runtime logged while it failed."""
+
+    def __init__(self, problem: str, fix: str | None = None, log_lines: tuple[str, ...] = ()) -> None:
+        self.log_lines = log_lines
+        if log_lines:
+            problem = problem + "\n  runtime log:\n" + "\n".join(f"    {line}" for line in log_lines)
+        super().__init__(problem, fix)
+
+
+class InferenceError(RknnLaunchError):
+    """An inference call failed (bad input shape/dtype, or the runtime returned no outputs)."""

@@ -1,0 +1,1 @@
+"""Holds the sitecustomize.py that `rknnlaunch run` puts on PYTHONPATH (see rknnlaunch/_dtcompat.py)."""
