@@ -290,3 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if exporter is not None:
             exporter.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

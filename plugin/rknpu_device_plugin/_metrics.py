@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import selectors
 import socket
 import socketserver
 import threading
@@ -43,8 +44,6 @@ LOAD_FILE = "load"
 FREQUENCY_FILE = "freq"
 # A scrape client that stops reading must not pin a server thread (or stop()) for long.
 _CLIENT_TIMEOUT_SECONDS = 5.0
-# How often serve_forever looks at its shutdown flag: two wake-ups a second cost nothing when idle.
-_POLL_INTERVAL_SECONDS = 0.5
 
 
 # --- the plugin's event sink ---------------------------------------------------------------------
@@ -319,9 +318,11 @@ class NpuCollector:
     def _read_load(self, info: NpuInfo, readable: dict[str, bool]) -> tuple[float, ...] | None:
         # Discovery leaves load_path unset when it could not read the file at start; try the
         # driver's folders again so load appears once debugfs is mounted or made readable.
-        candidates = [info] if info.load_path else [
-            replace(info, load_path=f"{folder}/load") for folder in DRIVER_DIRS
-        ]
+        candidates = (
+            [info]
+            if info.load_path
+            else [replace(info, load_path=f"{folder}/load") for folder in DRIVER_DIRS]
+        )
         denied: str | None = None
         for candidate in candidates:
             try:
@@ -505,14 +506,30 @@ class MetricsServer:
         self._on_stop = list(on_stop)
         self._stop_lock = threading.Lock()
         self._stopped = False
+        # stop() writes to this pair to wake the serving thread, which otherwise sleeps in select()
+        # with no timeout: an idle endpoint costs no CPU and stop() returns at once.
+        self._wake_read, self._wake_write = socket.socketpair()
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": _POLL_INTERVAL_SECONDS},
+            target=self._serve,
             name=f"rknpu-metrics:{self.port}",
             daemon=True,
         )
         self._thread.start()
         log.info("serving metrics on %s", self.url)
+
+    def _serve(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._httpd, selectors.EVENT_READ)
+            selector.register(self._wake_read, selectors.EVENT_READ)
+            while True:
+                ready = {key.fileobj for key, _ in selector.select()}
+                if self._wake_read in ready:
+                    return
+                try:
+                    # The listening socket is readable: accept and hand the client to a thread.
+                    self._httpd.handle_request()
+                except Exception:  # one broken client must not end the endpoint
+                    log.exception("serving a metrics request failed")
 
     @property
     def url(self) -> str:
@@ -526,9 +543,11 @@ class MetricsServer:
             if self._stopped:
                 return
             self._stopped = True
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._wake_write.send(b"x")
         self._thread.join()
+        self._httpd.server_close()  # joins in-flight scrape threads
+        self._wake_read.close()
+        self._wake_write.close()
         for close in self._on_stop:
             close()
 

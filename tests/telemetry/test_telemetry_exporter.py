@@ -1,0 +1,167 @@
+"""The rknpu-exporter command: settings, one-shot writes, and a real process serving and writing."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from fake_podresources import Assignment, PodResourcesServer
+from prometheus_client.parser import text_string_to_metric_families
+
+from rknnlaunch import UsageError
+from rknnlaunch.npu import HostRoot
+from rknpu_device_plugin._exporter import Exporter, main, parse_settings
+from rknpu_device_plugin._nfd import LABEL_NAMESPACE, parse_feature_text
+
+NS = LABEL_NAMESPACE
+
+
+def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RKNPU_EXPORTER_INTERVAL", "5")
+    monkeypatch.setenv("RKNPU_EXPORTER_TEXTFILE_DIR", "/var/lib/node_exporter")
+    monkeypatch.setenv("RKNPU_EXPORTER_LOG_LEVEL", "DEBUG")
+    from_env = parse_settings([])
+    assert from_env.interval == 5.0
+    assert from_env.textfile_dir == Path("/var/lib/node_exporter")
+    assert from_env.log_level == "debug"
+    assert from_env.expiry_seconds() == 600.0
+    flagged = parse_settings(["--interval", "120", "--nfd-expiry", "0"])
+    assert flagged.interval == 120.0
+    assert flagged.expiry_seconds() is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "nothing to do"),
+        (["--once", "--metrics-address", ":9102"], "--once"),
+        (["--textfile-dir", "/tmp/x", "--soc", "rk9999"], "unknown SoC"),
+        (["--textfile-dir", "/tmp/x", "--interval", "0"], "interval"),
+        (["--textfile-dir", "/tmp/x", "--bogus"], "unrecognized arguments"),
+    ],
+)
+def test_bad_settings_are_usage_errors(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in list(os.environ):
+        if name.startswith("RKNPU_EXPORTER_"):
+            monkeypatch.delenv(name)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        parse_settings(argv)
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_once_writes_both_files(host_factory: Callable[[str], HostRoot], tmp_path: Path) -> None:
+    host = host_factory("rk3588-drm")
+    nfd, textfile = tmp_path / "features.d", tmp_path / "textfile"
+    argv = ["--once", "--host-root", str(host.root), "--nfd-dir", str(nfd), "--textfile-dir", str(textfile),
+            "--pod-resources-socket", ""]
+    assert main(argv) == 0
+    feature_text = (nfd / "rknpu").read_text()
+    assert "+expiry-time" not in feature_text  # one-shot labels do not expire
+    assert parse_feature_text(feature_text)[f"{NS}/soc"] == "rk3588"
+    names = {family.name for family in text_string_to_metric_families((textfile / "rknpu.prom").read_text())}
+    assert {"rknpu_discovered", "rknpu_core_load_ratio", "rknpu_frequency_hertz", "rknpu_info"} <= names
+    assert "rknpu_pod_resources_up" not in names  # attribution off with an empty socket
+
+
+def test_once_without_npu_fails_and_drops_the_labels(
+    host_factory: Callable[[str], HostRoot], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    host = host_factory("no-npu")
+    nfd = tmp_path / "features.d"
+    nfd.mkdir()
+    (nfd / "rknpu").write_text(f"{NS}/present=true\n")  # left from when the NPU was there
+    assert main(["--once", "--host-root", str(host.root), "--nfd-dir", str(nfd)]) == 1
+    assert not (nfd / "rknpu").exists()
+    err = capsys.readouterr().err
+    assert "no Rockchip NPU found" in err and "fix:" in err
+
+
+def test_periodic_labels_expire(host_factory: Callable[[str], HostRoot], tmp_path: Path) -> None:
+    host = host_factory("rk3576")
+    now = datetime(2026, 11, 30, 2, 0, tzinfo=timezone.utc)
+    settings = parse_settings(
+        ["--host-root", str(host.root), "--nfd-dir", str(tmp_path), "--interval", "120",
+         "--pod-resources-socket", ""]
+    )
+    exporter = Exporter(settings, now=lambda: now)
+    try:
+        exporter.write_outputs()
+    finally:
+        exporter.close()
+    expected = (now + timedelta(seconds=1200)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert f"# +expiry-time={expected}" in (tmp_path / "rknpu").read_text()
+
+
+def _read_lines(stream: object, lines: queue.Queue[str]) -> None:
+    for line in stream:  # type: ignore[attr-defined]
+        lines.put(line)
+
+
+def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def test_exporter_process_serves_and_writes(
+    host_factory: Callable[[str], HostRoot], tmp_path: Path, pod_resources: PodResourcesServer
+) -> None:
+    host = host_factory("rk3588-drm")
+    pod_resources.fake.set([Assignment("vision", "yolo", "infer", ["npu-core-1"])])
+    nfd, textfile = tmp_path / "features.d", tmp_path / "textfile"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RKNPU_EXPORTER_")}
+    env["RKNPU_EXPORTER_POD_RESOURCES_SOCKET"] = pod_resources.socket_path
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rknpu_device_plugin._exporter", "--host-root", str(host.root),
+         "--metrics-address", "127.0.0.1:0", "--nfd-dir", str(nfd), "--textfile-dir", str(textfile),
+         "--interval", "0.2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=_read_lines, args=(proc.stderr, lines), daemon=True)
+    reader.start()
+    try:
+        url = None
+        deadline = time.monotonic() + 20
+        while url is None:
+            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            match = re.search(r"serving metrics on (http://\S+)", line)
+            url = match.group(1) if match else None
+        with urllib.request.urlopen(url, timeout=5) as response:
+            page = response.read().decode()
+        families = {f.name: f for f in text_string_to_metric_families(page)}
+        [held] = families["rknpu_core_allocated"].samples
+        assert held.labels == {"core": "1", "pod": "yolo", "namespace": "vision", "container": "infer"}
+        assert "process_cpu_seconds" in families
+
+        _wait_for(lambda: (nfd / "rknpu").exists() and (textfile / "rknpu.prom").exists(), "the files")
+        assert parse_feature_text((nfd / "rknpu").read_text())[f"{NS}/cores"] == "3"
+        # The textfile follows the driver from one interval to the next.
+        load = host.root / "sys/kernel/debug/rknpu/load"
+        load.write_text("NPU load:  Core0: 0%, Core1:  42%, Core2: 0%,\n")
+        _wait_for(lambda: 'rknpu_core_load_ratio{core="1"} 0.42' in (textfile / "rknpu.prom").read_text(),
+                  "the textfile to show the new load")
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(timeout=5)
