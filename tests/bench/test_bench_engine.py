@@ -1,0 +1,100 @@
+"""The bench engine: warm-up excluded, one fresh inference per timed frame, pools, failures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from bench_fakes import FakeRuntime
+
+from rknnlaunch import _bench
+from rknnlaunch.yolo import Letterboxer, YoloDecoder
+
+IMAGE = np.zeros((720, 1280, 3), np.uint8)
+
+
+def pipeline() -> tuple[Letterboxer, YoloDecoder]:
+    return Letterboxer(640), YoloDecoder()
+
+
+class Opener:
+    def __init__(self, fail_cores: frozenset[int] | None = None, fail_after: int | None = None) -> None:
+        self.opened: list[FakeRuntime] = []
+        self.fail_cores = fail_cores
+        self.fail_after = fail_after
+
+    def __call__(self, cores: frozenset[int] | None) -> FakeRuntime:
+        if cores is not None and cores == self.fail_cores:
+            from rknnlaunch import RuntimeInitError
+
+            raise RuntimeInitError("init_runtime returned -1", "use another core")
+        runtime = FakeRuntime(cores, self.fail_after)
+        self.opened.append(runtime)
+        return runtime
+
+
+def test_single_case_times_every_frame_and_keeps_warmup_apart() -> None:
+    opener = Opener()
+    progress: list[tuple[str, int, int]] = []
+    result = _bench.run_single(
+        _bench.single_case(frozenset({1})), opener, IMAGE, pipeline, 3, 7, lambda *a: progress.append(a)
+    )
+    (runtime,) = opener.opened
+    assert runtime.calls == 10 and runtime.closed  # 3 warm-up + 7 timed, each a real infer call
+    assert len(result.warmup_ns) == 3 and result.iterations == 7
+    assert all(len(result.stage(s)) == 7 for s in _bench.STAGES)
+    assert all(t == p + i + q for t, p, i, q in zip(result.total_ns, result.pre_ns, result.infer_ns,
+                                                   result.post_ns, strict=True))
+    assert result.detections == 2 and result.label == "fake [1]"
+    assert result.wall_ns >= sum(result.total_ns) and result.fps > 0
+    assert progress[-1] == ("cores 1", 10, 10)
+    stats = result.stats()
+    assert stats["total"]["p50_ms"] <= stats["total"]["p90_ms"] <= stats["total"]["p99_ms"]
+
+
+def test_pool_uses_every_runtime_and_counts_frames_exactly() -> None:
+    opener = Opener()
+    case = _bench.pool_case(frozenset({0, 1, 2}), threads=4)
+    assert case.instances == (frozenset({0}), frozenset({1}), frozenset({2}))
+    assert case.name == "pool 0,1,2 x4t"
+    result = _bench.run_pool(case, opener, IMAGE, pipeline, 2, 30)
+    assert len(opener.opened) == 3 and all(r.closed for r in opener.opened)
+    assert result.iterations == 30
+    # ceil(2 warm-up * 3 runtimes / 4 threads) = 2 per thread
+    assert len(result.warmup_ns) == 8
+    assert sum(r.calls for r in opener.opened) == 38
+    assert result.fps > 0 and result.detections == 2
+    assert result.label == "fake [0] + fake [1] + fake [2]"
+
+
+def test_a_case_that_cannot_open_is_reported_and_the_rest_still_run() -> None:
+    cases = [_bench.single_case(frozenset({0})), _bench.single_case(frozenset({1})), _bench.single_case(None)]
+    results = _bench.run_cases(cases, Opener(fail_cores=frozenset({1})), IMAGE, pipeline, 1, 2)
+    assert [r.error is None for r in results] == [True, False, True]
+    assert "init_runtime returned -1" in (results[1].error or "")
+    rows = _bench.table_rows(results)
+    assert rows[1][:2] == ["cores 1", "failed"]
+    assert "failed" in _bench.plain_table(results)
+
+
+def test_pool_failure_mid_run_is_reported_and_closes_runtimes() -> None:
+    opener = Opener(fail_after=3)
+    results = _bench.run_cases([_bench.pool_case(frozenset({0, 1}))], opener, IMAGE, pipeline, 1, 50)
+    assert results[0].error is not None and "fake runtime failed" in results[0].error
+    assert all(r.closed for r in opener.opened)
+
+
+def test_json_report_has_raw_latencies_and_stats() -> None:
+    result = _bench.run_single(_bench.single_case(None), Opener(), IMAGE, pipeline, 1, 4)
+    doc = _bench.report_json([result], {"backend": "cpu"})
+    assert doc["schema"] == _bench.SCHEMA and doc["backend"] == "cpu"
+    (case,) = doc["cases"]
+    assert case["name"] == "cpu" and case["cores"] is None and case["iterations"] == 4
+    assert len(case["raw_ns"]["infer"]) == 4 and len(case["raw_ns"]["warmup"]) == 1
+    assert set(case["stats"]) == {"pre", "infer", "post", "total"}
+    assert case["stats"]["infer"]["p50_ms"] == pytest.approx(np.median(case["raw_ns"]["infer"]) / 1e6)
+
+
+def test_summarise_empty_and_values() -> None:
+    assert _bench.summarise([])["p99_ms"] == 0.0
+    s = _bench.summarise([1_000_000 * v for v in range(1, 101)])
+    assert s["p50_ms"] == pytest.approx(50.5) and s["max_ms"] == 100.0
