@@ -23,6 +23,8 @@ from ._watch import FolderWatcher
 
 _log = get_logger("health")
 
+FIRMWARE_COMPATIBLE_PATH = "/sys/firmware/devicetree/base/compatible"
+"""Where /proc/device-tree points on every Linux host with a device tree."""
 # How often the node folders are polled when inotify is unavailable (health within 1 s).
 POLL_FALLBACK_INTERVAL = 0.25
 
@@ -87,12 +89,19 @@ class ResourceManager:
             return self._last_error
 
     def compatible_host_path(self) -> str | None:
-        """The host path of the device-tree compatible file (links resolved), if it exists."""
-        try:
-            resolved = str(self.host.resolve(COMPATIBLE_PATH))
-        except OSError:
-            return None
-        return resolved if self.host.exists(resolved) else None
+        """The host path of the device-tree compatible file (links resolved), if it exists.
+
+        The DaemonSet mounts only the host's /sys, not /proc: then the /proc/device-tree link is
+        not there to follow and the file is found where it points, under /sys/firmware.
+        """
+        for candidate in (COMPATIBLE_PATH, FIRMWARE_COMPATIBLE_PATH):
+            try:
+                resolved = str(self.host.resolve(candidate))
+            except OSError:
+                continue
+            if self.host.exists(resolved):
+                return resolved
+        return None
 
     def subscribe(self) -> queue.Queue[DeviceState | None]:
         """A new stream's queue; it starts with the current full list (None = end of stream)."""

@@ -102,6 +102,26 @@ def test_allocate_hands_in_env_and_exactly_the_npu_nodes(rig_factory: RigFactory
     assert line["ids"] == ["npu-core-0", "npu-core-1"]
 
 
+def test_compatible_file_found_without_host_proc(rig_factory: RigFactory) -> None:
+    rig = rig_factory("rk3588-drm", register=False, kubelet=False)
+    rig.plugin.stop()
+    (rig.host_root / "proc/device-tree").unlink()  # the DaemonSet mounts /sys, not /proc
+    rig.kubelet.start()
+    from fakekubelet import PluginProcess
+
+    plugin = PluginProcess(rig.host_root, rig.plugin_dir)
+    try:
+        _, request = rig.kubelet.wait_registration()
+        stub = rig.kubelet.plugin_stub(request.endpoint)
+        container = allocate(stub, ["npu-core-0"]).container_responses[0]
+        assert [(m.container_path, m.host_path) for m in container.mounts] == [
+            ("/run/rknpu/compatible", "/sys/firmware/devicetree/base/compatible")
+        ]
+        assert container.envs["RKNN_NPU_SOC"] == "rk3588"
+    finally:
+        assert plugin.stop() == 0
+
+
 def test_allocate_on_the_misc_driver_build(rig_factory: RigFactory) -> None:
     response = allocate(rig_factory("rk3588-misc").stub(), ["npu-core-1"])
     container = response.container_responses[0]

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# CI: validate every Kubernetes manifest under deploy/ and samples/ against the Kubernetes schemas
+# (kubernetes-validate, strict: unknown fields fail), for the oldest Kubernetes we support and the
+# newest the tool knows. kustomization.yaml files and kinds with no bundled schema (CRDs such as
+# monitoring.coreos.com PodMonitor) are skipped with a printed note.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+exec python - "$@" <<'PY'
+import pathlib
+import sys
+
+import kubernetes_validate
+import yaml
+
+OLDEST = "1.28"  # oldest Kubernetes we support (first with CDI devices in the device plugin API)
+versions = sorted({OLDEST, kubernetes_validate.latest_version()})
+files = sorted(p for folder in ("deploy", "samples") for p in pathlib.Path(folder).rglob("*.yaml"))
+files += sorted(p for folder in ("deploy", "samples") for p in pathlib.Path(folder).rglob("*.yml"))
+failures = checked = 0
+for path in files:
+    if path.name in ("kustomization.yaml", "kustomization.yml"):
+        print(f"skip {path}: kustomization file (not a Kubernetes resource)")
+        continue
+    try:
+        documents = [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+    except yaml.YAMLError as exc:
+        print(f"FAIL {path}: not valid YAML: {exc}")
+        failures += 1
+        continue
+    for index, doc in enumerate(documents):
+        if not isinstance(doc, dict) or "apiVersion" not in doc or "kind" not in doc:
+            print(f"FAIL {path} (document {index + 1}): not a Kubernetes resource (no apiVersion/kind)")
+            failures += 1
+            continue
+        name = (doc.get("metadata") or {}).get("name", "?")
+        where = f"{path} (document {index + 1}, {doc['kind']} {name})"
+        if doc["kind"] == "Kustomization":
+            print(f"skip {where}: kustomization")
+            continue
+        for version in versions:
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.SchemaNotFoundError:
+                print(f"skip {where}: no schema for {doc['apiVersion']} {doc['kind']} (a CRD?)")
+                break
+            except kubernetes_validate.ValidationError as exc:
+                location = "/".join(str(part) for part in exc.path) or "(top)"
+                print(f"FAIL {where} against Kubernetes {version}: {location}: {exc.message}")
+                failures += 1
+                break
+        else:
+            checked += 1
+            print(f"ok   {where} (Kubernetes {', '.join(versions)})")
+print(f"{checked} resource(s) valid, {failures} failure(s)")
+sys.exit(1 if failures else 0)
+PY
