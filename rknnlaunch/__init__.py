@@ -3,6 +3,9 @@
 Importing this package pulls in neither grpcio nor OpenCV nor onnxruntime; those load on first use.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._errors import (
     BackendUnavailableError,
     DiscoveryError,
@@ -17,10 +20,24 @@ from ._errors import (
     UnsupportedDriverError,
     UsageError,
 )
-from ._pool import Pool
-from ._runtime import Runtime, open
 from ._settings import NpuSettings
 from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._pool import Pool
+    from ._runtime import Runtime, open
+
+# The runtime (numpy and friends) loads on first use, so the device plugin, which imports only
+# `rknnlaunch.npu` and the errors, stays small (its RSS budget is 60 MB; numpy alone is ~14 MB).
+_LAZY = {"Pool": "._pool", "Runtime": "._runtime", "open": "._runtime"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "BackendUnavailableError",
