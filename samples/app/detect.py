@@ -213,7 +213,7 @@ class FpsMeter:
         line = (
             f"{self.frames / elapsed:.1f} FPS over {elapsed:.1f} s ({self.frames} frames, "
             f"{self.total_frames} total); per frame: pre {1000 * self.times.pre / n:.1f} ms, "
-            f"inference latency {1000 * self.times.infer / n:.1f} ms, "
+            f"queue+infer {1000 * self.times.infer / n:.1f} ms, "
             f"post {1000 * self.times.post / n:.1f} ms; "
             f"objects: {counts}"
         )

@@ -116,7 +116,7 @@ def test_cpu_backend_runs_every_frame_of_a_video_file(
     assert any("on CPU" in m for m in messages), messages  # the runtime says it is the CPU
     assert f"done: 4 frames from {video_file}" in messages
     fps_lines = [m for m in messages if " FPS over " in m]
-    assert fps_lines and all("inference latency" in m for m in fps_lines)
+    assert fps_lines and all("queue+infer" in m for m in fps_lines)
     assert sum(int(m.split("(")[1].split(" frames")[0]) for m in fps_lines) == 4
 
 
@@ -253,7 +253,7 @@ def test_fps_meter_reports_per_window_and_resets() -> None:
     assert not meter.due(11.9) and meter.due(12.0)
     line = meter.report(12.0)
     assert line.startswith("2.0 FPS over 2.0 s (4 frames, 4 total)")
-    assert "pre 1.0 ms, inference latency 20.0 ms, post 2.0 ms" in line
+    assert "pre 1.0 ms, queue+infer 20.0 ms, post 2.0 ms" in line
     assert line.endswith("objects: person 4, car 4")
     assert meter.frames == 0 and meter.total_frames == 4 and not meter.due(100.0)
 
