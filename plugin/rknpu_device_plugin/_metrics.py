@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -295,8 +295,8 @@ class NpuCollector:
         with self._lock:
             try:
                 info = self.current_info()
-            except Exception:  # the plugin's discovery failing must not fail the scrape
-                log.exception("reading the plugin's current NPU info failed")
+            except Exception as exc:  # the plugin's discovery failing must not fail the scrape
+                self._say_once("current-info", f"no NPU info for this scrape ({exc!r}); exporting without it")
                 info = None
             readable = {LOAD_FILE: False, FREQUENCY_FILE: False}
             load = frequency = None
@@ -597,3 +597,10 @@ def start_metrics_server(
     return serve_npu_metrics(
         address, host, current_info, pod_resources_socket or None, resource_name, metrics
     )
+
+
+if TYPE_CHECKING:
+    from ._events import PluginEvents
+
+    # PluginMetrics must stay a PluginEvents (the plugin passes it as its event sink): mypy checks this.
+    _IS_PLUGIN_EVENTS: PluginEvents = PluginMetrics()

@@ -45,17 +45,25 @@ def core_of_device(device_id: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def resource_matcher(resource_name: str) -> re.Pattern[str]:
+    """The resource names to attribute: ``rockchip.com/npu``, or with the plugin's ``{soc}``
+    template (``rockchip.com/npu-{soc}``) any SoC's (``rockchip.com/npu-rk3588``)."""
+    parts = [re.escape(part) for part in resource_name.split("{soc}")]
+    return re.compile("[a-z0-9]+".join(parts))
+
+
 def holders_from_response(response: Any, resource_name: str) -> tuple[CoreHolder, ...]:
     """A ``ListPodResourcesResponse`` -> sorted, de-duplicated core holders for ``resource_name``.
 
     Devices of other resources are skipped, and so are IDs that are not ours (a stale kubelet
     checkpoint from another plugin version): attribution is best effort, never an error.
     """
+    ours = resource_matcher(resource_name)
     holders: set[CoreHolder] = set()
     for pod in response.pod_resources:
         for container in pod.containers:
             for devices in container.devices:
-                if devices.resource_name != resource_name:
+                if not ours.fullmatch(devices.resource_name):
                     continue
                 for core in _cores(devices.device_ids):
                     holders.add(CoreHolder(core, pod.namespace, pod.name, container.name))

@@ -55,6 +55,17 @@ def test_response_is_filtered_by_resource_and_deduplicated() -> None:
     )
 
 
+def test_soc_templated_resource_name_matches_every_soc() -> None:
+    """The plugin may offer rockchip.com/npu-{soc}; it passes the template, kubelet the real name."""
+    response = api_pb2.ListPodResourcesResponse()
+    container = response.pod_resources.add(name="p", namespace="n").containers.add(name="c")
+    container.devices.add(resource_name="rockchip.com/npu-rk3588", device_ids=["npu-core-2"])
+    container.devices.add(resource_name="rockchip.com/npu-rk3588-extra", device_ids=["npu-core-1"])
+    container.devices.add(resource_name="rockchip.com/npu", device_ids=["npu-core-0"])
+    assert holders_from_response(response, "rockchip.com/npu-{soc}") == (CoreHolder(2, "n", "p", "c"),)
+    assert holders_from_response(response, "rockchip.com/npu") == (CoreHolder(0, "n", "p", "c"),)
+
+
 def test_client_lists_holders_and_sees_changes(pod_resources: PodResourcesServer) -> None:
     pod_resources.fake.set(
         [
