@@ -320,13 +320,26 @@ def table_rows(results: Sequence[CaseResult]) -> list[list[str]]:
         row = [result.case.name, f"{result.fps:.1f}"]
         for name in STAGES:
             s = stats[name]
-            row.append(f"{s['p50_ms']:.2f} / {s['p90_ms']:.2f} / {s['p99_ms']:.2f}")
+            row.append("/".join(_ms(s[key]) for key in ("p50_ms", "p90_ms", "p99_ms")))
         row.append(str(result.detections))
         rows.append(row)
     return rows
 
 
-TABLE_HEADER = ["case", "FPS", "pre ms p50/p90/p99", "infer ms", "post ms", "total ms", "dets"]
+def _ms(value: float) -> str:
+    """Three significant digits or so: 0.412, 12.4, 703."""
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+TABLE_HEADER = [
+    "case",
+    "FPS",
+    "pre ms p50/p90/p99",
+    "infer ms p50/p90/p99",
+    "post ms p50/p90/p99",
+    "total ms p50/p90/p99",
+    "dets",
+]
 
 
 def plain_table(results: Sequence[CaseResult]) -> str:

@@ -204,7 +204,7 @@ def _print_table(results: list[_bench.CaseResult], title: str, stream: TextIO) -
         table.add_column(heading, justify="left" if index == 0 else "right")
     for row in _bench.table_rows(results):
         table.add_row(*row)
-    Console(file=stream, width=max(120, len(title) + 4)).print(table)
+    Console(file=stream, width=max(140, len(title) + 4)).print(table)
 
 
 def execute(
@@ -274,7 +274,7 @@ def execute(
         )
     print(heading, file=out, flush=True)
 
-    long_run = (warmup + iterations) * len(cases) >= 50
+    long_run = (warmup + iterations) * len(cases) >= 50 or sys.stderr.isatty()
     bar = _ProgressBar(enabled=long_run and not args.no_progress, stream=sys.stderr)
     with bar.shown():
         results = _bench.run_cases(cases, open_case, image, make_pipeline, warmup, iterations, bar)
@@ -320,7 +320,8 @@ def execute(
         _write(args.json, lambda path: Path(path).write_text(document))
         print(f"wrote {args.json}", file=out)
     if args.plot:
-        _write(args.plot, lambda path: _bench.plot(results, path, title))
+        plot_title = f"{backend_label} - {the_plan.model.name} - {iterations} timed frames per case"
+        _write(args.plot, lambda path: _bench.plot(results, path, plot_title))
         print(f"wrote {args.plot}", file=out)
     return 1 if any(result.error is not None for result in results) else 0
 
