@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ._errors import MaskError, RknnLaunchError, SettingsError
 from .npu import (
@@ -113,6 +113,21 @@ class NpuSettings(BaseSettings):
         return None if self.soc is None else soc_by_name(self.soc)
 
 
+class _MappingSettings(NpuSettings):
+    """NpuSettings from an explicit mapping only: the process environment is not consulted."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
 def parse_core_list(text: str) -> frozenset[int]:
     """``"0,1"`` / ``"0_1"`` / ``"0 1"`` -> ``{0, 1}`` (core numbers, never a mask)."""
     parts = [part for part in re.split(r"[,_\s]+", text.strip()) if part]
@@ -134,7 +149,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> NpuSettings:
         if env is None:
             return NpuSettings()
         names = set(ENV_NAMES.values())
-        return NpuSettings.model_validate({k: v for k, v in env.items() if k in names and v != ""})
+        values: dict[str, Any] = {k: v for k, v in env.items() if k in names and v != ""}
+        return _MappingSettings(**values)
     except ValidationError as exc:
         raise _settings_error(exc, env) from None
 

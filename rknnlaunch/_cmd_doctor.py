@@ -1,0 +1,56 @@
+"""`rknnlaunch doctor`: the preflight report (text or a stable JSON schema); exit 0 ok, 1 failure, 2 usage."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ._doctor import exit_code, report_json, report_text, run_checks
+from ._errors import SettingsError, UsageError
+from ._settings import NpuSettings, load_settings
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "doctor",
+        help="check that this container can run a model on its NPU cores, and say how to fix what cannot",
+        description="Checks SoC and cores, the allocation and mask, device nodes, driver, librknnrt, "
+        "rknn-toolkit-lite2, the device-tree compatible file and (with --model) the model. "
+        "Exit 0 when nothing fails, 1 when a check fails, 2 on usage errors.",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the report as JSON (schema rknnlaunch.doctor/1)"
+    )
+    parser.add_argument("--model", type=Path, metavar="FILE", help="also check this .rknn model")
+    parser.add_argument(
+        "--root", metavar="DIR", help="inspect the host under DIR (default: RKNNLAUNCH_ROOT or /)"
+    )
+    parser.set_defaults(handler=run)
+
+
+def settings_with_root(root: str | None) -> tuple[NpuSettings, SettingsError | None]:
+    """The environment's settings (or defaults plus the error, so the report can show it), root applied."""
+    error: SettingsError | None = None
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        settings, error = load_settings({}), exc
+    if root is not None:
+        if not Path(root).is_dir():
+            raise UsageError(
+                f"--root {root} is not a folder", "pass the folder the host is mounted at, e.g. /host"
+            )
+        settings = settings.model_copy(update={"root": root})
+    return settings, error
+
+
+def run(args: argparse.Namespace) -> int:
+    settings, error = settings_with_root(args.root)
+    results = run_checks(settings, error, args.model)
+    if args.json:
+        print(json.dumps(report_json(results, settings.root), indent=2))
+    else:
+        print(report_text(results, settings.root))
+    return exit_code(results)
