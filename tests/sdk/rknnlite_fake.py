@@ -47,6 +47,8 @@ class FakeNpu:
     runtime_version: str = "2.3.2"
     output_shapes: tuple[tuple[int, ...], ...] = ((1, 6, 8400),)
     init_window: float = 0.05
+    reads_device_tree: bool = False
+    """Like the real Python layer: init_runtime reads /proc/device-tree/compatible to learn the SoC."""
     instances: list[FakeRKNNLite] = field(default_factory=list)
     concurrent_init_detected: bool = False
     max_concurrent_inits: int = 0
@@ -124,6 +126,16 @@ class FakeRKNNLite:
                 )
                 return -1
             self.requested_mask = core_mask
+            if self.npu.reads_device_tree:
+                try:
+                    with open("/proc/device-tree/compatible", "rb") as handle:
+                        compatible = handle.read()
+                except OSError:
+                    _log_python("E init_runtime: Please specify the target in init_runtime!")
+                    return -1
+                if f"rockchip,{self.npu.soc.name}".encode() not in compatible:
+                    _log_python("E init_runtime: Unsupported run platform")
+                    return -1
             if self.data[:4] != b"RKNN":
                 _log_native("E RKNN: [fake] Invalid RKNN model file, please check the model!")
                 return -1

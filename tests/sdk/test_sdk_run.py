@@ -1,0 +1,172 @@
+"""`rknnlaunch run` with real child processes: exec, exit codes, signals, env, the compatible shim."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from test_sdk_doctor import add_librknnrt, regular_file_nodes
+
+from fakehost import write
+from rknnlaunch._dtcompat import COMPATIBLE_PATHS, SHIM_DIR, readable
+from rknnlaunch.npu import HostRoot
+
+HostFactory = Callable[[str], HostRoot]
+PLUGIN_VARS = (
+    "RKNN_NPU_CORE_MASK",
+    "RKNN_NPU_CORES",
+    "RKNN_NPU_SOC",
+    "RKNN_NPU_DEVICE",
+    "RKNN_NPU_COMPATIBLE_FILE",
+)
+
+
+def base_env(root: Path | None = None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in PLUGIN_VARS and not k.startswith("RKNNLAUNCH_")}
+    if root is not None:
+        env["RKNNLAUNCH_ROOT"] = str(root)
+    env.update(extra)
+    return env
+
+
+def launch(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rknnlaunch", "run", *args],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def run(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    process = launch(args, env)
+    out, err = process.communicate(timeout=60)
+    return process.returncode, out, err
+
+
+@pytest.fixture
+def ready_host(host_factory: HostFactory, tmp_path: Path) -> tuple[HostRoot, Path]:
+    """An RK3588 passing every check, plus a PYTHONPATH folder where rknn-toolkit-lite2 looks installed."""
+    host = host_factory("rk3588-drm")
+    add_librknnrt(host)
+    regular_file_nodes(host)
+    site = tmp_path / "site"
+    write(
+        site,
+        "rknn_toolkit_lite2-2.3.2.dist-info/METADATA",
+        "Metadata-Version: 2.1\nName: rknn-toolkit-lite2\nVersion: 2.3.2\n",
+    )
+    return host, site
+
+
+def test_exit_code_passes_through() -> None:
+    code, _, _ = run(["--no-check", "--", sys.executable, "-c", "import sys; sys.exit(3)"], base_env())
+    assert code == 3
+
+
+def test_signal_passes_through_and_the_process_is_replaced() -> None:
+    process = launch(
+        [
+            "--no-check",
+            "--",
+            sys.executable,
+            "-c",
+            "import os, signal, sys; print(os.getpid(), flush=True); os.kill(os.getpid(), signal.SIGTERM)",
+        ],
+        base_env(),
+    )
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGTERM  # killed by the same signal, as the container would see it
+    assert int(out.split()[0]) == process.pid  # exec'd: no wrapper process in between
+
+
+def test_signal_sent_from_outside_reaches_the_command() -> None:
+    script = (
+        "import signal, sys\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(42))\n"
+        "print('ready', flush=True)\n"
+        "signal.pause()\n"
+    )
+    process = launch(["--no-check", "--", sys.executable, "-c", script], base_env())
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"  # handler installed: now signal it
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 42  # the command's own handler ran
+    finally:
+        process.kill()
+        process.communicate()
+
+
+def test_preflight_failure_stops_before_the_command(host_factory: HostFactory, tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    code, _, err = run(
+        ["--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"], base_env(host_factory("no-npu").root)
+    )
+    assert code == 1
+    assert "FAIL  npu" in err and "preflight failed, not starting" in err and "--no-check" in err
+    assert not marker.exists()
+
+
+def test_normalised_env_is_exported(ready_host: tuple[HostRoot, Path]) -> None:
+    host, site = ready_host
+    env = base_env(host.root, RKNN_NPU_CORE_MASK="0x3", RKNN_NPU_SOC="RK3588", PYTHONPATH=str(site))
+    code, out, err = run(
+        [
+            "--",
+            sys.executable,
+            "-c",
+            "import os; print(*(os.environ.get(k) for k in "
+            "('RKNN_NPU_CORE_MASK','RKNN_NPU_CORES','RKNN_NPU_SOC','RKNN_NPU_DEVICE')))",
+        ],
+        env,
+    )
+    assert code == 0, err
+    assert out.split() == ["3", "0,1", "rk3588", "/dev/dri/renderD129"]
+    assert "FAIL" not in err
+
+
+def test_settings_errors_are_usage_errors(ready_host: tuple[HostRoot, Path]) -> None:
+    host, _ = ready_host
+    code, _, err = run(["--", "true"], base_env(host.root, RKNN_NPU_CORE_MASK="nope"))
+    assert code == 2 and "RKNN_NPU_CORE_MASK='nope'" in err and "Traceback" not in err
+
+
+def test_missing_command_and_not_found() -> None:
+    assert run(["--no-check"], base_env())[0] == 2
+    code, _, err = run(["--no-check", "--", "rknnlaunch-no-such-command"], base_env())
+    assert code == 127 and "command not found" in err
+
+
+@pytest.mark.skipif(any(readable(p) for p in COMPATIBLE_PATHS), reason="this machine has a real device tree")
+def test_python_children_read_the_plugin_compatible_file(
+    ready_host: tuple[HostRoot, Path], tmp_path: Path
+) -> None:
+    host, site = ready_host
+    (host.root / "proc/device-tree").unlink()  # masked, as in a container
+    write(host.root, "/run/rknpu/compatible", b"radxa,rock-5b\0rockchip,rk3588\0")
+    # An image's own sitecustomize must keep working behind ours.
+    theirs = tmp_path / "theirs"
+    write(theirs, "sitecustomize.py", "import os\nos.environ['IMAGE_SITECUSTOMIZE'] = 'ran'\n")
+    env = base_env(
+        host.root,
+        RKNN_NPU_COMPATIBLE_FILE="/run/rknpu/compatible",
+        RKNN_NPU_SOC="rk3588",
+        PYTHONPATH=os.pathsep.join([str(site), str(theirs)]),
+    )
+    probe = (
+        "import os, pathlib\n"
+        "print(open('/proc/device-tree/compatible', 'rb').read().split(b'\\0')[1].decode())\n"
+        "print(pathlib.Path('/sys/firmware/devicetree/base/compatible').read_bytes()[:5].decode())\n"
+        "print(os.path.exists('/proc/device-tree/compatible'), os.environ.get('IMAGE_SITECUSTOMIZE'))\n"
+        "print(os.environ['PYTHONPATH'].split(os.pathsep)[0])\n"
+    )
+    code, out, err = run(["--", sys.executable, "-c", probe], env)
+    assert code == 0, err
+    assert out.split("\n")[:4] == ["rockchip,rk3588", "radxa", "True ran", str(SHIM_DIR)]
