@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from fake_podresources import Assignment, PodResourcesServer
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from rknnlaunch import UsageError
 from rknnlaunch.npu import HostRoot
@@ -158,6 +159,54 @@ def test_exporter_process_serves_and_writes(
         _wait_for(lambda: 'rknpu_core_load_ratio{core="1"} 0.42' in (textfile / "rknpu.prom").read_text(),
                   "the textfile to show the new load")
 
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(timeout=5)
+
+
+def test_plugin_process_serves_its_metrics(
+    host_factory: Callable[[str], HostRoot], tmp_path: Path, pod_resources: PodResourcesServer
+) -> None:
+    """The device plugin's --metrics-address wiring (contract in CONTEXT.md), end to end."""
+    host = host_factory("rk3576")
+    plugin_dir = tmp_path / "device-plugins"
+    plugin_dir.mkdir()
+    pod_resources.fake.set([Assignment("vision", "yolo", "infer", ["npu-core-0"])])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RKNPU_PLUGIN_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rknpu_device_plugin", "--host-root", str(host.root),
+         "--device-plugin-dir", str(plugin_dir), "--metrics-address", "127.0.0.1:0",
+         "--pod-resources-socket", pod_resources.socket_path],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=_read_lines, args=(proc.stderr, lines), daemon=True)
+    reader.start()
+    try:
+        url = None
+        deadline = time.monotonic() + 20
+        while url is None:
+            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            match = re.search(r"serving metrics on (http://\S+)", line)
+            url = match.group(1) if match else None
+
+        def page() -> dict[str, list[Sample]]:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                text = response.read().decode()
+            return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+        # Health arrives from the plugin's first scan, just after the server starts.
+        _wait_for(lambda: len(page().get("rknpu_device_healthy", [])) == 2, "the plugin's health map")
+        families = page()
+        health = {s.labels["device"]: s.value for s in families["rknpu_device_healthy"]}
+        assert health == {"npu-core-0": 1.0, "npu-core-1": 1.0}
+        [held] = families["rknpu_core_allocated"]
+        assert held.labels["pod"] == "yolo"
+        assert "rknpu_registrations" in families and "rknpu_core_load_ratio" in families
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
     finally:
