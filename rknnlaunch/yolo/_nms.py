@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-_MATRIX_LIMIT = 2048
-"""Up to this many candidates, build the whole IoU matrix at once (K*K floats: 16 MB at 2048)."""
+_PAIR_LIMIT = 4_000_000
+"""Above this many same-class candidate pairs (~100 MB of temporaries), NMS falls back to one IoU
+row per kept box instead of all pairs at once (only for pathological outputs: thousands of boxes
+of one class)."""
 
 
 def iou_row(box: npt.NDArray[np.float32], boxes: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
@@ -33,6 +35,25 @@ def iou_matrix(boxes: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     return np.asarray(np.where(union > 0, inter / np.maximum(union, 1e-9), 0.0), np.float32)
 
 
+def _same_class_pairs(
+    classes: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]] | None:
+    """Index pairs (i, j), i < j, of equal class; ``classes`` is in score order. None if too many."""
+    by_class = np.argsort(classes, kind="stable")  # keeps score order inside each class
+    _, starts, counts = np.unique(classes[by_class], return_index=True, return_counts=True)
+    total = int((counts.astype(np.int64) ** 2).sum())
+    if total > _PAIR_LIMIT:
+        return None
+    # For every member: one pair with each member of its class (a x b within each group).
+    member_counts = np.repeat(counts, counts)
+    member_starts = np.repeat(starts, counts)
+    first = np.repeat(np.arange(classes.size), member_counts)
+    offsets = np.arange(total) - np.repeat(np.cumsum(member_counts) - member_counts, member_counts)
+    second = np.repeat(member_starts, member_counts) + offsets
+    upper = first < second
+    return by_class[first[upper]], by_class[second[upper]]
+
+
 def nms(
     boxes: npt.NDArray[np.float32],
     scores: npt.NDArray[np.float32],
@@ -43,7 +64,10 @@ def nms(
     """Indices of the boxes greedy NMS keeps, highest score first.
 
     Class-aware: a box only suppresses lower-scored boxes of the same class whose IoU with it is
-    above ``iou_threshold``. Equal scores keep their input order (stable sort).
+    above ``iou_threshold``. Equal scores keep their input order (stable sort). The result is
+    exactly greedy NMS's, computed without a Python loop per box: IoU only for same-class pairs,
+    then "kept = not suppressed by any kept higher-scored box" iterated to its fixed point (the
+    greedy answer is the unique one; it takes as many rounds as the longest suppression chain).
     """
     count = int(scores.shape[0])
     if count == 0 or max_detections <= 0:
@@ -51,25 +75,44 @@ def nms(
     order = np.argsort(-scores, kind="stable")
     sorted_boxes = boxes[order]
     sorted_classes = class_ids[order]
+    pairs = _same_class_pairs(sorted_classes)
+    if pairs is None:
+        return np.asarray(order[_greedy_rows(sorted_boxes, sorted_classes, iou_threshold, max_detections)])
+    higher, lower = pairs
+    overlap = _pair_iou(sorted_boxes[higher], sorted_boxes[lower]) > iou_threshold
+    higher, lower = higher[overlap], lower[overlap]
+    keep = np.ones(count, bool)
+    while True:
+        suppressed = np.zeros(count, bool)
+        suppressed[lower[keep[higher]]] = True
+        if np.array_equal(suppressed, ~keep):
+            break
+        keep = ~suppressed
+    return np.asarray(order[np.flatnonzero(keep)[:max_detections]], np.intp)
+
+
+def _pair_iou(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """IoU of a[k] with b[k] for each k (same formula as `iou_row`)."""
+    width = np.minimum(a[:, 2], b[:, 2]) - np.maximum(a[:, 0], b[:, 0])
+    height = np.minimum(a[:, 3], b[:, 3]) - np.maximum(a[:, 1], b[:, 1])
+    inter = np.clip(width, 0, None) * np.clip(height, 0, None)
+    union = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1]) + (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) - inter
+    return np.asarray(np.where(union > 0, inter / np.maximum(union, 1e-9), 0.0), np.float32)
+
+
+def _greedy_rows(
+    boxes: npt.NDArray[np.float32], classes: npt.NDArray[np.int64], iou_threshold: float, limit: int
+) -> npt.NDArray[np.intp]:
+    """Plain greedy NMS over score-sorted boxes, one IoU row per kept box (for huge inputs)."""
     keep: list[int] = []
-    remaining = np.arange(count)
-    if count <= _MATRIX_LIMIT:
-        # One matrix of "i suppresses j" for all pairs; the greedy loop then runs once per KEPT box.
-        suppresses = iou_matrix(sorted_boxes) > iou_threshold
-        suppresses &= sorted_classes[:, None] == sorted_classes[None, :]
-        while remaining.size and len(keep) < max_detections:
-            best = int(remaining[0])
-            keep.append(best)
-            rest = remaining[1:]
-            remaining = rest[~suppresses[best, rest]]
-    else:
-        while remaining.size and len(keep) < max_detections:
-            best = int(remaining[0])
-            keep.append(best)
-            rest = remaining[1:]
-            same = sorted_classes[rest] == sorted_classes[best]
-            over = np.zeros(rest.shape, bool)
-            if same.any():
-                over[same] = iou_row(sorted_boxes[best], sorted_boxes[rest[same]]) > iou_threshold
-            remaining = rest[~over]
-    return np.asarray(order[np.asarray(keep, np.intp)], np.intp)
+    remaining = np.arange(classes.size)
+    while remaining.size and len(keep) < limit:
+        best = int(remaining[0])
+        keep.append(best)
+        rest = remaining[1:]
+        same = classes[rest] == classes[best]
+        over = np.zeros(rest.shape, bool)
+        if same.any():
+            over[same] = iou_row(boxes[best], boxes[rest[same]]) > iou_threshold
+        remaining = rest[~over]
+    return np.asarray(keep, np.intp)

@@ -11,8 +11,9 @@ from rknnlaunch.yolo import iou_matrix, nms
 
 def plain_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, thr: float) -> list[int]:
     keep: list[int] = []
+    iou = iou_matrix(boxes).tolist()
     for i in sorted(range(len(scores)), key=lambda k: -scores[k]):
-        if all(classes[i] != classes[j] or iou_matrix(boxes[[i, j]])[0, 1] <= thr for j in keep):
+        if all(classes[i] != classes[j] or iou[i][j] <= thr for j in keep):
             keep.append(i)
     return keep
 
@@ -31,10 +32,27 @@ def test_matches_plain_greedy_nms(seed: int) -> None:
     assert nms(boxes, scores, classes, 0.45).tolist() == plain_nms(boxes, scores, classes, 0.45)
 
 
-def test_large_candidate_sets_use_the_row_path_with_the_same_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("seed", range(5))
+def test_matches_plain_greedy_nms_on_dense_single_class_clusters(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    boxes, scores, _ = random_boxes(rng, 200)
+    boxes = boxes / 3  # crowd them: long suppression chains
+    classes = np.zeros(200, np.int64)
+    for threshold in (0.3, 0.5, 0.7):
+        assert nms(boxes, scores, classes, threshold).tolist() == plain_nms(boxes, scores, classes, threshold)
+
+
+def test_a_suppressed_box_suppresses_nothing() -> None:
+    # A overlaps B, B overlaps C, A does not overlap C: greedy keeps A and C (Fast-NMS would drop C).
+    boxes = np.array([[0, 0, 10, 10], [4, 0, 14, 10], [8, 0, 18, 10]], np.float32)
+    scores = np.array([0.9, 0.8, 0.7], np.float32)
+    assert nms(boxes, scores, np.zeros(3, np.int64), 0.3).tolist() == [0, 2]
+
+
+def test_huge_candidate_sets_use_the_row_path_with_the_same_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     boxes, scores, classes = random_boxes(np.random.default_rng(9), 120)
     want = nms(boxes, scores, classes, 0.5).tolist()
-    monkeypatch.setattr(nms_module, "_MATRIX_LIMIT", 10)
+    monkeypatch.setattr(nms_module, "_PAIR_LIMIT", 10)
     assert nms(boxes, scores, classes, 0.5).tolist() == want
 
 
