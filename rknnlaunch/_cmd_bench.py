@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from . import _bench
 from ._errors import UsageError
+from ._librknnrt import LIBRKNNRT_PATH, find_librknnrt
 from ._rknnlite import RknnLiteFactory
 from ._runtime import BACKENDS, Plan, open_plan, plan
 from ._runtime import open as open_runtime
@@ -31,7 +32,6 @@ from .yolo._model import input_size, model_metadata, pad_for, resolve_model
 CPU_DEFAULTS = (3, 20)
 """(warm-up, iterations) on the CPU: the README's first command must finish quickly on 2 cores."""
 NPU_DEFAULTS = (20, 200)
-LIBRKNNRT = "/usr/lib/librknnrt.so"
 
 
 def add_parser(sub: Any) -> None:
@@ -114,23 +114,20 @@ def _versions(backend: str, host: HostRoot | None) -> dict[str, Any]:
         runtime["onnxruntime"] = version("onnxruntime")
     else:
         runtime["rknn_toolkit_lite2"] = version("rknn-toolkit-lite2")
-        runtime["librknnrt"] = librknnrt_version(host) if host is not None else None
+        runtime["librknnrt"] = _librknnrt(host) if host is not None else None
     runtime["opencv"] = version("opencv-python-headless") or version("opencv-python")
     return runtime
 
 
-def librknnrt_version(host: HostRoot, path: str = LIBRKNNRT) -> str | None:
-    """The version string embedded in librknnrt.so ("2.3.2 (429f97ae6b@2025-04-09T09:09:27)")."""
+def _librknnrt(host: HostRoot) -> dict[str, Any] | None:
+    """Where librknnrt.so is and the version embedded in it (None when it is not there)."""
     try:
-        data = host.read_bytes(path)
-    except OSError:
+        found = find_librknnrt(host)
+    except OSError as exc:
+        return {"path": LIBRKNNRT_PATH, "version": None, "error": str(exc)}
+    if found is None:
         return None
-    marker = b"librknnrt version: "
-    at = data.find(marker)
-    if at < 0:
-        return None
-    end = data.find(b"\0", at)
-    return data[at + len(marker) : end if end > 0 else at + 100].decode("ascii", "replace").strip()
+    return {"path": found.path, "version": found.version, "version_line": found.version_line}
 
 
 def _npu_context(the_plan: Plan, cores: frozenset[int], all_cores: bool) -> dict[str, Any] | None:
