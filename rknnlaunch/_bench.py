@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ._errors import RknnLaunchError
+from ._errors import BackendUnavailableError, RknnLaunchError
 from .npu import format_cores
 from .yolo import Letterboxer, YoloDecoder
 
@@ -271,12 +271,15 @@ def run_cases(
     progress: Progress | None = None,
 ) -> list[CaseResult]:
     """Run every case in turn. A case whose runtime fails to open or run is recorded with its
-    error (the message says what to do) and the others still run."""
+    error (the message says what to do) and the others still run; a missing backend (no
+    rknn-toolkit-lite2 / onnxruntime) stops the run at once, as no case could succeed."""
     results = []
     for case in cases:
         runner = run_pool if case.kind == "pool" else run_single
         try:
             results.append(runner(case, open_runtime, image, make_pipeline, warmup, iterations, progress))
+        except BackendUnavailableError:
+            raise
         except RknnLaunchError as exc:
             results.append(CaseResult(case, error=str(exc)))
     return results

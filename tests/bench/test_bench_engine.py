@@ -76,6 +76,17 @@ def test_a_case_that_cannot_open_is_reported_and_the_rest_still_run() -> None:
     assert "failed" in _bench.plain_table(results)
 
 
+def test_a_missing_backend_stops_the_run() -> None:
+    from rknnlaunch import BackendUnavailableError
+
+    def no_backend(cores: frozenset[int] | None) -> FakeRuntime:
+        raise BackendUnavailableError("rknn-toolkit-lite2 is not importable here", "pip install ...")
+
+    cases = [_bench.single_case(frozenset({0})), _bench.single_case(frozenset({1}))]
+    with pytest.raises(BackendUnavailableError):
+        _bench.run_cases(cases, no_backend, IMAGE, pipeline, 1, 2)
+
+
 def test_pool_failure_mid_run_is_reported_and_closes_runtimes() -> None:
     opener = Opener(fail_after=3)
     results = _bench.run_cases([_bench.pool_case(frozenset({0, 1}))], opener, IMAGE, pipeline, 1, 50)
