@@ -269,7 +269,8 @@ def select_cores(allocation: Allocation, cores: Iterable[int] | str | None) -> f
     if isinstance(cores, str):
         # A string is a core list ("0,1", "2") unless written as a mask ("0x3", "0b101", "NPU_CORE_0_1").
         if re.match(r"\s*(0x|0b|npu_core_|rknnlite\.|all|auto)", cores, re.IGNORECASE):
-            wanted = mask_to_cores(parse_mask(cores))
+            parsed = parse_mask(cores)
+            wanted = allocation.cores if parsed == ALL else mask_to_cores(parsed)
         else:
             wanted = parse_core_list(cores)
     elif isinstance(cores, int):

@@ -118,6 +118,7 @@ def test_select_cores_within_the_allocation(rk3588: NpuInfo) -> None:
     assert select_cores(allocation, "1") == {1}  # a string without mask syntax is a core list
     assert select_cores(allocation, "0x1") == {0}
     assert select_cores(allocation, "0,1") == {0, 1}
+    assert select_cores(allocation, "NPU_CORE_ALL") == {0, 1}
     with pytest.raises(MaskError, match="ambiguous"):
         select_cores(allocation, 1)  # type: ignore[arg-type]
     with pytest.raises(MaskError, match=r"core\(s\) 2 are not available"):
