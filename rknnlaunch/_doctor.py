@@ -65,8 +65,9 @@ class CheckResult:
 
 
 def open_device(path: Path) -> None:
-    """Open a device node read-write the way librknnrt does, then close it. Raises OSError."""
-    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
+    """Open a node as librknnrt does (DMA heaps read-only, NPU nodes read-write), then close it."""
+    access = os.O_RDONLY if path.parent.name == "dma_heap" else os.O_RDWR
+    fd = os.open(path, access | os.O_CLOEXEC | os.O_NONBLOCK)
     os.close(fd)
 
 

@@ -248,3 +248,14 @@ def regular_file_nodes(host: HostRoot) -> None:
             node.unlink()
             node.write_bytes(b"")
     link(host.root, "/dev/.keep-link", "/dev/null")
+
+
+def test_real_opener_on_plain_files_and_missing_ones(tmp_path: Path) -> None:
+    from rknnlaunch._doctor import open_device
+
+    node = write(tmp_path, "dev/dri/renderD129", b"")
+    heap = write(tmp_path, "dev/dma_heap/system", b"", mode=0o444)
+    open_device(node)
+    open_device(heap)  # read-only suffices for a DMA heap
+    with pytest.raises(FileNotFoundError):
+        open_device(tmp_path / "dev/dri/renderD130")
