@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"rknpu-device-plugin: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    setup_logging(settings.log_format, settings.log_level)
+    stop_logging = setup_logging(settings.log_format, settings.log_level)
     try:
         return run(settings)
     except RknnLaunchError as exc:
@@ -46,6 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 0
+    finally:
+        stop_logging()
 
 
 def run(settings: PluginSettings) -> int:

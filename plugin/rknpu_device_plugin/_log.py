@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.handlers
+import queue
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 LOGGER_NAME = "rknpu_device_plugin"
@@ -50,11 +53,25 @@ def _text_value(value: object) -> str:
     return json.dumps(text) if " " in text else text
 
 
-def setup_logging(log_format: str, level: str, stream: TextIO | None = None) -> None:
-    """Configure the plugin's logger (not the root logger: grpc's own logging stays as it is)."""
+def setup_logging(log_format: str, level: str, stream: TextIO | None = None) -> Callable[[], None]:
+    """Configure the plugin's logger (not the root logger: grpc's own logging stays as it is).
+
+    Records go through a queue to a writer thread, so an Allocate never waits on stderr (a slow
+    log pipe would otherwise show up in kubelet's admission latency). Returns ``stop()``, which
+    writes out what is queued.
+    """
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(_JsonFormatter() if log_format == "json" else _TextFormatter())
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    listener = logging.handlers.QueueListener(records, handler)
     logger = logging.getLogger(LOGGER_NAME)
-    logger.handlers[:] = [handler]
+    logger.handlers[:] = [logging.handlers.QueueHandler(records)]
     logger.setLevel(level.upper())
     logger.propagate = False
+    listener.start()
+
+    def stop() -> None:
+        listener.stop()
+        logger.handlers[:] = [handler]
+
+    return stop
