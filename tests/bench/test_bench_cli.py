@@ -152,3 +152,16 @@ def test_bad_arguments_are_usage_errors(rk3588: tuple[HostRoot, Path], tmp_path:
         run_npu(host, model, "--image", str(tmp_path / "nope.jpg"))
     assert main(["bench", "--model", str(tmp_path / "missing.rknn")]) == 1
     assert main(["bench", "--backend", "gpu"]) == 2
+
+
+def test_single_core_soc_runs_one_case_with_mask_0(host_factory: Callable[[str], HostRoot],
+                                                    tmp_path: Path) -> None:
+    host = host_factory("rk3568")
+    model = write_rknn(tmp_path / "yolov8s.rknn", platform="rk3568")
+    FakeRknnLite.instances.clear()
+    report = tmp_path / "b.json"
+    code, text = run_npu(host, model, "-n", "2", "--warmup", "1", "--json", str(report))
+    assert code == 0, text
+    doc = json.loads(report.read_text())
+    assert [c["name"] for c in doc["cases"]] == ["cores 0"]  # no pool on one core
+    assert [lite.mask for lite in FakeRknnLite.instances] == [0]  # RK356x rejects any other mask
