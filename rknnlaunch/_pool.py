@@ -31,7 +31,10 @@ class Pool:
 
     ``infer(x)`` blocks for one result; ``submit(x)`` returns a Future; ``map(frames)`` yields
     results in input order while keeping every worker busy. Use as a context manager or call
-    ``close()``. Arguments as for `rknnlaunch.open`.
+    ``close()``. Arguments as for `rknnlaunch.open`, plus ``per_core``: by default the cores form
+    the fewest contexts RKNNLite can run (all of RK3588's cores = one 3-core context; {0,2} = two);
+    ``per_core=True`` opens one single-core context per core instead, which is what multi-instance
+    throughput figures use (one thread per core).
     """
 
     def __init__(
@@ -42,9 +45,10 @@ class Pool:
         *,
         settings: NpuSettings | None = None,
         rknnlite: RknnLiteFactory | None = None,
+        per_core: bool = False,
     ) -> None:
         settings = settings if settings is not None else load_settings()
-        the_plan = plan(model, cores, backend, settings, split=True)
+        the_plan = plan(model, cores, backend, settings, split=True, per_core=per_core)
         self.runtimes: tuple[Runtime, ...] = tuple(open_plan(the_plan, settings, rknnlite))
         self.backend: str = self.runtimes[0].backend
         self.cores: frozenset[int] = frozenset().union(*(runtime.cores for runtime in self.runtimes))

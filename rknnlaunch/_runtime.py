@@ -254,8 +254,13 @@ def plan(
     backend: str,
     settings: NpuSettings,
     split: bool,
+    per_core: bool = False,
 ) -> Plan:
-    """Decide the backend and the core groups (``split``: one group per runnable subset, for Pool)."""
+    """Decide the backend and the core groups.
+
+    ``split``: the fewest runnable groups (Pool; {0,2} -> {0}, {2}); ``per_core``: one group per core
+    (Pool(per_core=True), for throughput: one context per core, each fed by its own thread).
+    """
     if backend not in BACKENDS:
         raise UsageError(f"backend={backend!r} is not a backend", "use 'auto', 'npu' or 'cpu'")
     path = Path(model)
@@ -278,7 +283,9 @@ def plan(
         return Plan("cpu", path, "model is ONNX (the NPU needs its .rknn export)")
     chosen = select_cores(target.allocation, cores)
     allocation = target.allocation
-    if split:
+    if split and per_core and allocation.soc.core_mask_settable:
+        groups = tuple(frozenset({core}) for core in sorted(chosen))
+    elif split:
         groups = runnable_groups(allocation.soc, chosen, allocation.core_count)
     else:
         try:

@@ -250,3 +250,20 @@ def test_rocket_host_says_why(host_factory: HostFactory, model: Path) -> None:
     host = host_factory("rocket")
     with pytest.raises(rknnlaunch.UnsupportedDriverError, match="rocket"):
         rknnlaunch.open(model, backend="npu", settings=settings_for(host))
+
+
+def test_pool_per_core_opens_one_context_per_core(host_factory: HostFactory, model: Path) -> None:
+    host = host_factory("rk3588-drm")
+    npu = fake_for("rk3588")
+    with Pool(model, settings=settings_for(host), rknnlite=npu.factory) as pool:
+        assert pool.size == 1 and npu.instances[0].requested_mask == 7
+    npu = fake_for("rk3588")
+    with Pool(model, settings=settings_for(host), rknnlite=npu.factory, per_core=True) as pool:
+        assert pool.size == 3
+        assert [i.requested_mask for i in npu.instances] == [1, 2, 4]
+        assert len(list(pool.map([frame(v) for v in range(9)]))) == 9
+    single = fake_for("rk3568")
+    rk3568 = host_factory("rk3568")
+    model_3568 = write_rknn(model.parent / "m3568.rknn", targets=("rk3568",))
+    with Pool(model_3568, settings=settings_for(rk3568), rknnlite=single.factory, per_core=True) as pool:
+        assert pool.size == 1 and single.instances[0].requested_mask == 0
