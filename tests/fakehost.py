@@ -197,6 +197,14 @@ class UnprivilegedHostRoot(HostRoot):
         if walk.exists() and not walk.stat().st_mode & stat.S_IROTH:
             raise PermissionError(13, "Permission denied", str(resolved))
 
+    def exists(self, host_path: str) -> bool:
+        # A non-root stat() inside a 0700 folder fails, so os.path.exists() says False.
+        try:
+            self._check(host_path)
+        except PermissionError:
+            return False
+        return super().exists(host_path)
+
     def read_bytes(self, host_path: str) -> bytes:
         self._check(host_path)
         return super().read_bytes(host_path)

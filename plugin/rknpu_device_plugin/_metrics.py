@@ -31,8 +31,7 @@ from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from rknnlaunch import UsageError
-from rknnlaunch.npu import HostRoot, NpuInfo, read_frequency, read_load
-from rknnlaunch.npu._discovery import DRIVER_DIRS
+from rknnlaunch.npu import DRIVER_DIRS, HostRoot, NpuInfo, read_frequency, read_load
 
 from ._podresources import CoreHolder, PodResourcesClient, PodResourcesError
 

@@ -5,6 +5,7 @@ Pure standard library on purpose: the device plugin image and the workload image
 
 from ._discovery import (
     COMPATIBLE_PATH,
+    DRIVER_DIRS,
     DeviceNode,
     HostRoot,
     NpuInfo,
@@ -37,6 +38,7 @@ __all__ = [
     "ALL",
     "AUTO",
     "COMPATIBLE_PATH",
+    "DRIVER_DIRS",
     "SOCS",
     "CoreSet",
     "DeviceNode",
