@@ -11,6 +11,7 @@ import os
 import platform
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -204,6 +205,43 @@ def _print_table(results: list[_bench.CaseResult], title: str, stream: TextIO) -
     Console(file=stream, width=max(140, len(title) + 4)).print(table)
 
 
+@dataclass(frozen=True)
+class _Setup:
+    """What to run: the cases, how to open a runtime for one, and the defaults for this backend."""
+
+    cases: list[_bench.BenchCase]
+    open_case: _bench.OpenRuntime
+    cores: frozenset[int]
+    defaults: tuple[int, int]
+    label: str
+
+
+def _setup(
+    the_plan: Plan, args: argparse.Namespace, settings: NpuSettings, rknnlite: RknnLiteFactory | None
+) -> _Setup:
+    target = the_plan.target
+    if the_plan.backend == "cpu" or target is None:
+
+        def open_cpu(_cores: frozenset[int] | None) -> _bench.BenchRuntime:
+            return open_plan(the_plan, settings, None)[0]
+
+        label = f"CPU (onnxruntime): {the_plan.cpu_reason}"
+        return _Setup([_bench.single_case(None)], open_cpu, frozenset(), CPU_DEFAULTS, label)
+    allocation = target.allocation
+    cases = [
+        _bench.single_case(core_set)
+        for core_set in runnable_core_sets(allocation.soc, allocation.core_count, within=allocation.cores)
+    ]
+    if len(allocation.cores) > 1 and not args.no_pool:
+        threads = _positive(args.threads, len(allocation.cores), "--threads")
+        cases.append(_bench.pool_case(allocation.cores, threads))
+
+    def open_npu(cores: frozenset[int] | None) -> _bench.BenchRuntime:
+        return open_runtime(the_plan.model, cores=cores, backend="npu", settings=settings, rknnlite=rknnlite)
+
+    return _Setup(cases, open_npu, allocation.cores, NPU_DEFAULTS, f"NPU {target.info.soc.name}")
+
+
 def execute(
     args: argparse.Namespace,
     settings: NpuSettings,
@@ -226,101 +264,81 @@ def execute(
 
     make_pipeline()  # validates --pad/--conf/--iou before any runtime is opened
     image, image_source = load_image(args.image)
-    cases: list[_bench.BenchCase]
-    open_case: _bench.OpenRuntime
-    if the_plan.backend == "cpu":
-        warmup_default, iterations_default = CPU_DEFAULTS
-        cases = [_bench.single_case(None)]
-        host = None
-        cores: frozenset[int] = frozenset()
+    setup = _setup(the_plan, args, settings, rknnlite)
+    warmup = _positive(args.warmup, setup.defaults[0], "--warmup", minimum=0)
+    iterations = _positive(args.iterations, setup.defaults[1], "-n")
+    versions = _versions(the_plan.backend, the_plan.target.host if the_plan.target is not None else None)
+    npu = _npu_context(the_plan, setup.cores, args.all_cores) if the_plan.backend == "npu" else None
+    print(_heading(setup, npu, versions, args.all_cores), file=out)
+    print(f"  model {the_plan.model.name} ({meta['format']}, input {width}x{height}), image {image_source}, "
+          f"{warmup} warm-up + {iterations} timed frames per case", file=out, flush=True)
 
-        def open_case(_cores: frozenset[int] | None) -> _bench.BenchRuntime:
-            return open_plan(the_plan, settings, None)[0]
-    else:
-        warmup_default, iterations_default = NPU_DEFAULTS
-        target = the_plan.target
-        assert target is not None
-        allocation = target.allocation
-        cores = allocation.cores
-        host = target.host
-        core_sets = runnable_core_sets(allocation.soc, allocation.core_count, within=cores)
-        cases = [_bench.single_case(core_set) for core_set in core_sets]
-        if len(cores) > 1 and not args.no_pool:
-            threads = _positive(args.threads, len(cores), "--threads")
-            cases.append(_bench.pool_case(cores, threads))
-
-        def open_case(case_cores: frozenset[int] | None) -> _bench.BenchRuntime:
-            return open_runtime(the_plan.model, cores=case_cores, backend="npu", settings=settings,
-                                rknnlite=rknnlite)
-    warmup = _positive(args.warmup, warmup_default, "--warmup", minimum=0)
-    iterations = _positive(args.iterations, iterations_default, "-n")
-
-    backend_label = (
-        f"NPU {the_plan.target.info.soc.name}" if the_plan.target is not None and the_plan.backend == "npu"
-        else f"CPU (onnxruntime): {the_plan.cpu_reason}"
-    )
-    heading = (
-        f"rknnlaunch bench: {backend_label}\n"
-        f"  model {the_plan.model.name} ({meta['format']}, input {width}x{height}), image {image_source}, "
-        f"{warmup} warm-up + {iterations} timed frames per case"
-    )
-    if the_plan.backend == "npu":
-        heading += f"\n  cores {format_cores(cores)}" + (
-            " (--all-cores: node-level, outside the pod's allocation)" if args.all_cores
-            else f" ({the_plan.target.allocation.source if the_plan.target else ''})"
-        )
-    print(heading, file=out, flush=True)
-
-    long_run = (warmup + iterations) * len(cases) >= 50 or sys.stderr.isatty()
+    long_run = (warmup + iterations) * len(setup.cases) >= 50 or sys.stderr.isatty()
     bar = _ProgressBar(enabled=long_run and not args.no_progress, stream=sys.stderr)
     with bar.shown():
-        results = _bench.run_cases(cases, open_case, image, make_pipeline, warmup, iterations, bar)
+        results = _bench.run_cases(
+            setup.cases, setup.open_case, image, make_pipeline, warmup, iterations, bar
+        )
 
-    title = f"{backend_label} - {the_plan.model.name} - p50/p90/p99 per stage, warm-up excluded"
+    title = f"{setup.label} - {the_plan.model.name} - p50/p90/p99 per stage, warm-up excluded"
     _print_table(results, title, out)
     for result in results:
-        if result.error is None:
-            print(f"  {result.case.name}: {result.label}; warm-up {len(result.warmup_ns)} frames "
-                  f"(first {result.warmup_ns[0] / 1e6:.1f} ms)" if result.warmup_ns else
-                  f"  {result.case.name}: {result.label}; no warm-up", file=out)
-        else:
+        if result.error is not None:
             print(f"  {result.case.name} failed: {result.error}", file=out)
+        elif result.warmup_ns:
+            print(f"  {result.case.name}: {result.label}; warm-up {len(result.warmup_ns)} frames "
+                  f"(first {result.warmup_ns[0] / 1e6:.1f} ms)", file=out)
+        else:
+            print(f"  {result.case.name}: {result.label}; no warm-up", file=out)
 
-    context = {
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "rknnlaunch_version": __version__,
-        "backend": the_plan.backend,
-        "label": backend_label,
-        "host": {
-            "machine": platform.machine(),
-            "system": platform.platform(),
-            "python": platform.python_version(),
-            "cpu_count": os.cpu_count(),
-        },
-        "npu": _npu_context(the_plan, cores, args.all_cores) if the_plan.backend == "npu" else None,
-        "runtime": _versions(the_plan.backend, host),
-        "model": meta,
-        "image": {"source": image_source, "width": int(image.shape[1]), "height": int(image.shape[0])},
-        "settings": {
-            "warmup": warmup,
-            "iterations": iterations,
-            "conf_threshold": conf,
-            "iou_threshold": iou,
-            "pad_value": pad,
-            "input_width": width,
-            "input_height": height,
-            "clock": "time.perf_counter_ns",
-        },
-    }
     if args.json:
+        context = {
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "rknnlaunch_version": __version__,
+            "backend": the_plan.backend,
+            "label": setup.label,
+            "host": {
+                "machine": platform.machine(),
+                "system": platform.platform(),
+                "python": platform.python_version(),
+                "cpu_count": os.cpu_count(),
+            },
+            "npu": npu,
+            "runtime": versions,
+            "model": meta,
+            "image": {"source": image_source, "width": int(image.shape[1]), "height": int(image.shape[0])},
+            "settings": {
+                "warmup": warmup,
+                "iterations": iterations,
+                "conf_threshold": conf,
+                "iou_threshold": iou,
+                "pad_value": pad,
+                "input_width": width,
+                "input_height": height,
+                "clock": "time.perf_counter_ns",
+            },
+        }
         document = json.dumps(_bench.report_json(results, context), indent=1) + "\n"
         _write(args.json, lambda path: Path(path).write_text(document))
         print(f"wrote {args.json}", file=out)
     if args.plot:
-        plot_title = f"{backend_label} - {the_plan.model.name} - {iterations} timed frames per case"
+        plot_title = f"{setup.label} - {the_plan.model.name} - {iterations} timed frames per case"
         _write(args.plot, lambda path: _bench.plot(results, path, plot_title))
         print(f"wrote {args.plot}", file=out)
     return 1 if any(result.error is not None for result in results) else 0
+
+
+def _heading(setup: _Setup, npu: dict[str, Any] | None, versions: dict[str, Any], all_cores: bool) -> str:
+    if npu is None:
+        return f"rknnlaunch bench: {setup.label}"
+    library = versions.get("librknnrt") or {}
+    where = ("--all-cores: node-level, outside the pod's allocation" if all_cores
+             else npu["allocation"]["source"])
+    return (
+        f"rknnlaunch bench: {setup.label} cores {format_cores(setup.cores)} ({where})\n"
+        f"  driver {npu['driver_version'] or 'unknown'}, librknnrt {library.get('version') or 'not found'}, "
+        f"rknn-toolkit-lite2 {versions.get('rknn_toolkit_lite2') or 'not installed'}"
+    )
 
 
 def _write(path: str, writer: Callable[[str], object]) -> None:
