@@ -206,15 +206,22 @@ class ResourceManager:
             else min(self._health_interval, POLL_FALLBACK_INTERVAL)
         )
         try:
-            self.scan()
+            self._guarded_scan()
             while not stop.is_set() and not self._closed:
                 watcher.wait(interval)
                 if stop.is_set() or self._closed:
                     break
-                self.scan()
+                self._guarded_scan()
         finally:
             self._watcher = None
             watcher.close()
+
+    def _guarded_scan(self) -> None:
+        # A bug or an odd host must not end health checking: kubelet would keep stale health.
+        try:
+            self.scan()
+        except Exception as exc:
+            _log.error("health check failed; retrying", extra={"fields": {"error": repr(exc)}})
 
     def wake(self) -> None:
         if self._watcher is not None:

@@ -32,8 +32,10 @@ class FolderWatcher:
     def __init__(self, folders: Sequence[Path], use_inotify: bool = True) -> None:
         self._folders = tuple(folders)
         self._lock = threading.Lock()
+        self._closed = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)  # a full pipe already means "wake up"
         self._watches: dict[int, Path] = {}
         self._inotify = None
         if use_inotify:
@@ -114,15 +116,24 @@ class FolderWatcher:
         return changes
 
     def wake(self) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"x")
+        # Under the lock and only while open: a closed descriptor's number may already belong to
+        # some other file (a gRPC socket), which must never receive our wake-up byte.
+        with self._lock:
+            if self._closed:
+                return
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, b"x")
 
     def close(self) -> None:
-        self.wake()
-        if self._inotify is not None:
-            with contextlib.suppress(OSError):
-                self._inotify.close()
-            self._inotify = None
-        for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        """Release the descriptors; only the thread that calls `wait()` may call this."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._inotify is not None:
+                with contextlib.suppress(OSError):
+                    self._inotify.close()
+                self._inotify = None
+            for fd in (self._wake_r, self._wake_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
