@@ -352,3 +352,23 @@ def test_plugin_imports_without_cv2_or_onnxruntime() -> None:
         "sys.exit(1 if bad else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], timeout=30).returncode == 0
+
+
+def test_metrics_address_serves_the_plugin_events(rig_factory: RigFactory) -> None:
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:  # a free port (the tiny reuse race is acceptable in a test)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    rig = rig_factory("rk3588-drm", "--metrics-address", f"127.0.0.1:{port}", "--pod-resources-socket", "")
+    rig.plugin.wait_log(lambda entry: entry["msg"] == "registered with kubelet")
+    allocate(rig.stub(), ["npu-core-0", "npu-core-1"])
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        page = response.read().decode()
+    samples = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line[:1] != "#"
+    }
+    assert samples["rknpu_registrations_total"] == 1
+    assert samples["rknpu_allocations_total"] == 1
+    assert samples['rknpu_device_healthy{device="npu-core-2"}'] == 1
