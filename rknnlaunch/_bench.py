@@ -182,8 +182,9 @@ def run_pool(
     """``case.threads`` threads share one runtime per core: each thread letterboxes, takes a free
     runtime, infers (the wait for a free runtime counts as infer), gives it back and decodes.
 
-    Warm-up: every runtime runs at least ``warmup`` frames before the timed span starts (all
-    threads start it together at a barrier). FPS = timed frames / timed wall clock.
+    Warm-up: ``warmup`` frames per runtime in total (at least; rounded up to whole frames per
+    thread), shared out by the free-runtime queue, before the timed span, which all threads start
+    together at a barrier. FPS = timed frames / timed wall clock.
     """
     result = CaseResult(case)
     runtimes: list[BenchRuntime] = []
@@ -203,7 +204,7 @@ def run_pool(
                 free.put(runtime)
 
         threads = max(1, case.threads)
-        warm_each = -(-warmup * len(runtimes) // threads)  # ceil: every runtime gets >= warmup frames
+        warm_each = -(-warmup * len(runtimes) // threads)  # ceil(warmup x runtimes / threads)
         total = warm_each * threads + iterations
         lock = threading.Lock()
         counter = {"next": 0, "done": 0}
