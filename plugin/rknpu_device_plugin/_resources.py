@@ -61,7 +61,7 @@ class ResourceManager:
         self._lock = threading.Lock()
         self._info: NpuInfo | None = None
         self._state = DeviceState((), {})
-        self._reason: str | None = None
+        self._compatible: str | None = None
         self._last_error: str | None = None
         self._subscribers: set[queue.Queue[DeviceState | None]] = set()
         self._closed = False
@@ -89,6 +89,11 @@ class ResourceManager:
             return self._last_error
 
     def compatible_host_path(self) -> str | None:
+        """The host path of the device-tree compatible file, as found by the last scan."""
+        with self._lock:
+            return self._compatible
+
+    def _find_compatible(self) -> str | None:
         """The host path of the device-tree compatible file (links resolved), if it exists.
 
         The DaemonSet mounts only the host's /sys, not /proc: then the /proc/device-tree link is
@@ -132,10 +137,12 @@ class ResourceManager:
     def scan(self) -> bool:
         """Discover the NPU and check its nodes once; publish when anything changed. True if changed."""
         info: NpuInfo | None
+        compatible: str | None = None
         try:
             info = discover(self.host, soc_hint=self._soc_hint)
             missing = [path for path in info.device_paths if not os.path.exists(self.host.local(path))]
             error = f"device node(s) missing: {', '.join(missing)}" if missing else None
+            compatible = self._find_compatible()
         except DiscoveryError as exc:
             info, error = None, str(exc)
         except OSError as exc:  # a racing driver unload can break a read mid-discovery
@@ -146,6 +153,7 @@ class ResourceManager:
             first_info = info is not None and self._info is None
             if info is not None:
                 self._info = info
+                self._compatible = compatible
             current = self._info
             ids = device_ids(current.core_count, self._mode, self._replicas) if current is not None else ()
             healthy = error is None
