@@ -7,6 +7,7 @@ import argparse
 import importlib.metadata
 import io
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -165,3 +166,32 @@ def test_single_core_soc_runs_one_case_with_mask_0(host_factory: Callable[[str],
     doc = json.loads(report.read_text())
     assert [c["name"] for c in doc["cases"]] == ["cores 0"]  # no pool on one core
     assert [lite.mask for lite in FakeRknnLite.instances] == [0]  # RK356x rejects any other mask
+
+
+def test_bench_with_the_sdk_fake_rknnlite_on_rk3576_never_initialises_concurrently(
+    host_factory: Callable[[str], HostRoot], tmp_path: Path
+) -> None:
+    # The SDK's own fake (tests/sdk) detects overlapping init_runtime calls, which have crashed the
+    # real driver; the bench opens one runtime at a time, the pool's too.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
+    try:
+        from rknnfile_builder import write_rknn as write_sdk_rknn
+        from rknnlite_fake import FakeNpu
+    finally:
+        sys.path.pop(0)
+    from rknnlaunch.npu import soc_by_name
+
+    soc = soc_by_name("rk3576")
+    assert soc is not None
+    npu = FakeNpu(soc)  # one [1, 6, 8400] output, every value = the input's mean
+    host = host_factory("rk3576")
+    model = write_sdk_rknn(tmp_path / "m.rknn", targets=("rk3576",))
+    report = tmp_path / "b.json"
+    settings = load_settings({"RKNNLAUNCH_ROOT": str(host.root)})
+    args = parse("--model", str(model), "--no-progress", "-n", "3", "--warmup", "1", "--json", str(report))
+    assert _cmd_bench.execute(args, settings, npu.factory, io.StringIO()) == 0
+    doc = json.loads(report.read_text())
+    assert [c["name"] for c in doc["cases"]] == ["cores 0", "cores 1", "cores 0,1", "pool 0,1 x2t"]
+    assert not npu.concurrent_init_detected and npu.max_concurrent_inits == 1
+    assert sorted(lite.effective_mask or 0 for lite in npu.instances) == [1, 1, 2, 2, 3]
+    assert all(lite.released for lite in npu.instances)
