@@ -59,12 +59,8 @@ def run(settings: PluginSettings) -> int:
     host = HostRoot(settings.host_root)
     stop = threading.Event()
     stoppers: list[Callable[[], None]] = []
-    events: PluginEvents = NullEvents()
-
-    resources_holder: list[ResourceManager] = []
-    if settings.metrics_address:
-        events, stop_metrics = _start_metrics(settings, host, lambda: resources_holder[0].info)
-        stoppers.append(stop_metrics)
+    metrics_module = _metrics_module() if settings.metrics_address else None
+    events: PluginEvents = metrics_module.PluginMetrics() if metrics_module is not None else NullEvents()
 
     resources = ResourceManager(
         host,
@@ -75,7 +71,6 @@ def run(settings: PluginSettings) -> int:
         health_interval=settings.health_interval,
         use_inotify=settings.inotify,
     )
-    resources_holder.append(resources)
     _log.info(
         "starting",
         extra={
@@ -91,9 +86,21 @@ def run(settings: PluginSettings) -> int:
     resources.scan()
     if resources.info is None and settings.fail_on_init_error:
         _log.error("exiting: --fail-on-init-error is set and no usable NPU was found")
-        for stopper in stoppers:
-            stopper()
         return 1
+    if metrics_module is not None:
+        info = resources.info
+        # Pod attribution filters by resource name: resolve "{soc}" when the SoC is known now.
+        soc_name = info.soc.name if info is not None else settings.soc
+        resource_name = settings.resolved_resource_name(soc_name) if soc_name else settings.resource_name
+        stop_metrics: Callable[[], None] = metrics_module.start_metrics_server(
+            settings.metrics_address,
+            events,
+            host,
+            lambda: resources.info,
+            settings.pod_resources_socket,
+            resource_name,
+        )
+        stoppers.append(stop_metrics)
 
     service = DevicePluginService(resources, events, settings.mode, cdi=False)
 
@@ -147,23 +154,15 @@ def run(settings: PluginSettings) -> int:
     return 0
 
 
-def _start_metrics(
-    settings: PluginSettings, host: HostRoot, current_info: Callable[[], Any]
-) -> tuple[PluginEvents, Callable[[], None]]:
-    """Start the telemetry helper's metrics server (imported lazily: prometheus-client is optional)."""
+def _metrics_module() -> Any:
+    """The telemetry helper's metrics module, imported lazily (prometheus-client is optional)."""
     try:
-        metrics_module = importlib.import_module("rknpu_device_plugin._metrics")
+        return importlib.import_module("rknpu_device_plugin._metrics")
     except ImportError as exc:
         raise UsageError(
             f"--metrics-address is set but metrics are unavailable: {exc}",
             "install rknnlaunch[plugin] (prometheus-client), or leave --metrics-address unset",
         ) from None
-    metrics: PluginEvents = metrics_module.PluginMetrics()
-    resource_name = settings.resource_name
-    stop_metrics: Callable[[], None] = metrics_module.start_metrics_server(
-        settings.metrics_address, metrics, host, current_info, settings.pod_resources_socket, resource_name
-    )
-    return metrics, stop_metrics
 
 
 def _write_cdi_spec(settings: PluginSettings, resources: Any) -> bool:
