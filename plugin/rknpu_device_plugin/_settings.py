@@ -111,6 +111,11 @@ class PluginSettings(BaseSettings):
 
 
 _FLAG_TYPES: dict[str, Any] = {"replicas": int, "health_interval": float}
+_FLAG_CHOICES: dict[str, list[str]] = {
+    "mode": ["core", "shared"],
+    "log_format": ["text", "json"],
+    "log_level": ["debug", "info", "warning", "error"],
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,13 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
         if field.annotation is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
             continue
-        kwargs: dict[str, Any] = {"help": help_text, "metavar": name.upper()}
-        if name == "mode":
-            kwargs["choices"] = ["core", "shared"]
-        elif name == "log_format":
-            kwargs["choices"] = ["text", "json"]
-        elif name in _FLAG_TYPES:
-            kwargs["type"] = _FLAG_TYPES[name]
+        kwargs: dict[str, Any] = {"help": help_text}
+        if name in _FLAG_CHOICES:
+            kwargs["choices"] = _FLAG_CHOICES[name]
+            kwargs["type"] = str.lower
+        else:
+            kwargs["metavar"] = name.upper()
+            kwargs["type"] = _FLAG_TYPES.get(name, str)
         parser.add_argument(flag, **kwargs)
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     return parser
