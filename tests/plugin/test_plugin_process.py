@@ -226,9 +226,14 @@ def test_kubelet_restart_deletes_sockets_and_the_plugin_registers_again(rig_fact
     rig.plugin.wait_log(lambda entry: entry["msg"] == "registered with kubelet")
     other = rig.plugin_dir / "other-vendor.sock"
     other.write_text("not a socket: the kubelet deletes only sockets")
+    old_stream = DeviceStream(rig.stub())
+    old_stream.next()
     restarted = rig.kubelet.restart()  # deletes every socket, then creates kubelet.sock
     registered, request = rig.kubelet.wait_registration(timeout=5)
     assert registered - restarted < 1.0
+    assert old_stream.ended.wait(5)  # the old generation's stream does not linger
+    new_stream = DeviceStream(rig.kubelet.plugin_stub(request.endpoint))
+    assert new_stream.next() == [(device_id, "Healthy") for device_id in RK3588_IDS]
     assert request.endpoint == "rockchip.com-npu.sock"
     assert allocate(rig.stub(), ["npu-core-2"]).container_responses[0].envs["RKNN_NPU_CORES"] == "2"
     assert other.exists()
