@@ -83,9 +83,10 @@ def run(settings: PluginSettings) -> int:
             }
         },
     )
+    if settings.fail_on_init_error:
+        resources.when_missing = "exiting with status 1 (--fail-on-init-error)"
     resources.scan()
     if resources.info is None and settings.fail_on_init_error:
-        _log.error("exiting: --fail-on-init-error is set and no usable NPU was found")
         return 1
     if metrics_module is not None:
         info = resources.info

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from rknnlaunch import DiscoveryError
+from rknnlaunch import DiscoveryError, UnknownSocError
 from rknnlaunch.npu import COMPATIBLE_PATH, HostRoot, NpuInfo, SocSpec, discover
 
 from ._devices import Mode, device_ids
@@ -68,6 +68,8 @@ class ResourceManager:
         self.ready = threading.Event()
         """Set once an NPU has been discovered (the supervisor waits for it before registering)."""
         self._watcher: FolderWatcher | None = None
+        self.when_missing = "registering nothing and re-scanning for a late driver load"
+        """What the plugin does when no NPU is found (the log line says it)."""
         self.on_ready: Callable[[], None] = lambda: None
         """Called (from the health thread) when the NPU is first discovered."""
 
@@ -143,6 +145,9 @@ class ResourceManager:
             missing = [path for path in info.device_paths if not os.path.exists(self.host.local(path))]
             error = f"device node(s) missing: {', '.join(missing)}" if missing else None
             compatible = self._find_compatible()
+        except UnknownSocError as exc:
+            # The SDK-facing fix names RKNN_NPU_SOC; on the plugin the knob is --soc.
+            info, error = None, f"{exc} (device plugin: pass --soc or RKNPU_PLUGIN_SOC)"
         except DiscoveryError as exc:
             info, error = None, str(exc)
         except OSError as exc:  # a racing driver unload can break a read mid-discovery
@@ -184,10 +189,7 @@ class ResourceManager:
             self.on_ready()
         if current is None and error_changed and error is not None:
             # The one actionable line for a node without a usable NPU; later scans stay quiet.
-            _log.error(
-                "no usable NPU; registering nothing and re-scanning for a late driver load",
-                extra={"fields": {"error": error}},
-            )
+            _log.error(f"no usable NPU; {self.when_missing}", extra={"fields": {"error": error}})
         for subscription in subscribers:
             subscription.put(state)
         if changed and ids:

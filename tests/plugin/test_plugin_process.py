@@ -302,7 +302,11 @@ def test_no_npu_logs_one_actionable_line_and_registers_nothing(rig_factory: RigF
 def test_fail_on_init_error_exits_1(rig_factory: RigFactory) -> None:
     rig = rig_factory("no-npu", "--fail-on-init-error", register=False)
     assert rig.plugin.wait(timeout=10) == 1
-    assert rig.plugin.logs("exiting: --fail-on-init-error is set and no usable NPU was found")
+    errors = [entry for entry in rig.plugin.lines if entry["level"] == "error"]
+    assert [entry["msg"] for entry in errors] == [
+        "no usable NPU; exiting with status 1 (--fail-on-init-error)"
+    ]
+    assert "fix:" in errors[0]["error"]
 
 
 def test_late_driver_load_is_picked_up(rig_factory: RigFactory) -> None:
