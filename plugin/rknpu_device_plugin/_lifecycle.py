@@ -105,8 +105,12 @@ class PluginServer:
         self._socket_id = None
 
 
-def register(endpoint: Endpoint, timeout: float = REGISTER_TIMEOUT) -> None:
-    """Call the kubelet's Registration.Register once; raises grpc.RpcError on failure."""
+def register(endpoint: Endpoint, wake: threading.Event, stop: threading.Event) -> bool:
+    """Call the kubelet's Registration.Register once; False if stopped first, grpc.RpcError on failure.
+
+    The call runs as a future so a SIGTERM during a slow Register still exits within 2 s: the
+    supervisor's ``wake`` event fires on stop and on the call's completion alike.
+    """
     request = pb.RegisterRequest(
         version=API_VERSION,
         endpoint=endpoint.socket_name,
@@ -114,7 +118,16 @@ def register(endpoint: Endpoint, timeout: float = REGISTER_TIMEOUT) -> None:
         options=pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True),
     )
     with grpc.insecure_channel(f"unix://{endpoint.kubelet_socket}") as channel:
-        pb_grpc.RegistrationStub(channel).Register(request, timeout=timeout)
+        call = pb_grpc.RegistrationStub(channel).Register.future(request, timeout=REGISTER_TIMEOUT)
+        call.add_done_callback(lambda _call: wake.set())
+        while not call.done():
+            wake.wait()
+            wake.clear()
+            if stop.is_set():
+                call.cancel()  # type: ignore[no-untyped-call]
+                return False
+        call.result()  # raises the RpcError of a failed call
+        return True
 
 
 class Supervisor:
@@ -225,7 +238,8 @@ class Supervisor:
             kubelet_id = file_id(endpoint.kubelet_socket)
             if kubelet_id is not None:
                 try:
-                    register(endpoint)
+                    if not register(endpoint, self._wake, stop):
+                        return None
                     return kubelet_id
                 except grpc.RpcError as exc:
                     error = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.Call) else str(exc)

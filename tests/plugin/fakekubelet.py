@@ -31,11 +31,15 @@ KUBELET_SOCKET = "kubelet.sock"
 
 
 class _Registration(pb_grpc.RegistrationServicer):
-    def __init__(self, requests: queue.Queue[tuple[float, pb.RegisterRequest]]) -> None:
+    def __init__(
+        self, requests: queue.Queue[tuple[float, pb.RegisterRequest]], release: threading.Event
+    ) -> None:
         self._requests = requests
+        self._release = release
 
     def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.Empty:
         self._requests.put((time.monotonic(), request))
+        self._release.wait(30)  # a hung kubelet, when a test clears it
         return pb.Empty()
 
 
@@ -44,6 +48,9 @@ class FakeKubelet:
         self.plugin_dir = plugin_dir
         self.requests: queue.Queue[tuple[float, pb.RegisterRequest]] = queue.Queue()
         self._server: grpc.Server | None = None
+        self.answer_register = threading.Event()
+        """Clear it to make Register hang (until set again or 30 s)."""
+        self.answer_register.set()
 
     @property
     def socket(self) -> Path:
@@ -54,12 +61,13 @@ class FakeKubelet:
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
         self.delete_all_sockets()
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        pb_grpc.add_RegistrationServicer_to_server(_Registration(self.requests), server)
+        pb_grpc.add_RegistrationServicer_to_server(_Registration(self.requests, self.answer_register), server)
         assert server.add_insecure_port(f"unix://{self.socket}") != 0
         server.start()
         self._server = server
 
     def stop(self) -> None:
+        self.answer_register.set()
         if self._server is not None:
             self._server.stop(0).wait(2)
             self._server = None

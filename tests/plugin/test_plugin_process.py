@@ -289,6 +289,18 @@ def test_signal_stops_cleanly_removes_socket_and_exits_0(rig_factory: RigFactory
     assert rig.kubelet.socket.exists()  # the kubelet's socket is never ours to remove
 
 
+def test_sigterm_during_a_hung_register_still_exits_quickly(rig_factory: RigFactory) -> None:
+    rig = rig_factory("rk3588-drm", kubelet=False, register=False)
+    rig.kubelet.answer_register.clear()
+    rig.kubelet.start()
+    rig.kubelet.wait_registration()  # the call is in the kubelet, which does not answer
+    sent = time.monotonic()
+    rig.plugin.signal(signal.SIGTERM)
+    assert rig.plugin.wait(timeout=5) == 0
+    assert time.monotonic() - sent < 2.0
+    assert not (rig.plugin_dir / "rockchip.com-npu.sock").exists()
+
+
 @pytest.mark.parametrize("host", ["no-npu", "rocket"])
 def test_no_npu_logs_one_actionable_line_and_registers_nothing(rig_factory: RigFactory, host: str) -> None:
     rig = rig_factory(host, "--health-interval", "0.1", register=False)
