@@ -168,9 +168,10 @@ class ResourceManager:
             self._last_error = error
             if changed:
                 self._state = state
-                subscribers = list(self._subscribers)
-            else:
-                subscribers = []
+                # Under the lock: every stream sees the states in order, and a stream that
+                # subscribes now starts from this state, never from an older one.
+                for subscription in self._subscribers:
+                    subscription.put(state)
         if first_info and info is not None:
             _log.info(
                 "NPU found",
@@ -190,8 +191,6 @@ class ResourceManager:
         if current is None and error_changed and error is not None:
             # The one actionable line for a node without a usable NPU; later scans stay quiet.
             _log.error(f"no usable NPU; {self.when_missing}", extra={"fields": {"error": error}})
-        for subscription in subscribers:
-            subscription.put(state)
         if changed and ids:
             _log.info(
                 "health changed",
