@@ -4,39 +4,13 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakekubelet import FakeKubelet, PluginProcess
+from fakekubelet import FakeKubelet, PluginProcess, Rig, RigFactory
 
 from fakehost import make_host
-from rknpu_device_plugin._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
-from rknpu_device_plugin._kubeapi.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-
-
-@dataclass
-class Rig:
-    """One fixture host + fake kubelet + plugin process. ``registration`` is the first Register."""
-
-    root: Path
-    host_root: Path
-    kubelet: FakeKubelet
-    plugin: PluginProcess
-    registration: pb.RegisterRequest | None = None
-    _stubs: list[pb_grpc.DevicePluginStub] = field(default_factory=list)
-
-    @property
-    def plugin_dir(self) -> Path:
-        return self.kubelet.plugin_dir
-
-    def stub(self) -> pb_grpc.DevicePluginStub:
-        assert self.registration is not None
-        return self.kubelet.plugin_stub(self.registration.endpoint)
-
-
-RigFactory = Callable[..., Rig]
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -266,3 +267,26 @@ def preferred(
 
 def ids_of(devices: Iterator[tuple[str, str]] | list[tuple[str, str]]) -> list[str]:
     return [device_id for device_id, _ in devices]
+
+
+@dataclass
+class Rig:
+    """One fixture host + fake kubelet + plugin process. ``registration`` is the first Register."""
+
+    root: Path
+    host_root: Path
+    kubelet: FakeKubelet
+    plugin: PluginProcess
+    registration: pb.RegisterRequest | None = None
+    _stubs: list[pb_grpc.DevicePluginStub] = field(default_factory=list)
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.kubelet.plugin_dir
+
+    def stub(self) -> pb_grpc.DevicePluginStub:
+        assert self.registration is not None
+        return self.kubelet.plugin_stub(self.registration.endpoint)
+
+
+RigFactory = Callable[..., Rig]

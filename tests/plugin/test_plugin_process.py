@@ -12,8 +12,7 @@ import time
 
 import grpc
 import pytest
-from conftest import RigFactory
-from fakekubelet import DeviceStream, all_health, allocate, ids_of, preferred
+from fakekubelet import DeviceStream, RigFactory, all_health, allocate, ids_of, preferred
 
 from fakehost import char_device
 from rknpu_device_plugin._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RigFactory
-from fakekubelet import allocate
+from fakekubelet import RigFactory, allocate
 
 from rknpu_device_plugin._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
 
