@@ -36,6 +36,7 @@ from rknnlaunch.yolo import (
     Letterboxer,
     LetterboxInfo,
     YoloDecoder,
+    detect_layout,
 )
 
 log = logging.getLogger("detect")
@@ -261,6 +262,29 @@ def load_labels(spec: str) -> tuple[str, ...] | None:
     return tuple(line.strip() for line in lines if line.strip())
 
 
+def class_count(shapes: Sequence[tuple[int, ...]]) -> int | None:
+    """How many classes a YOLOv8 model predicts, from its output shapes (None if not YOLOv8)."""
+    try:
+        layout = detect_layout(shapes)
+    except rknnlaunch.RknnLaunchError:
+        return None
+    if layout == "ultralytics":  # [1, 4+nc, anchors]
+        return min(shapes[0][-2:]) - 4
+    return shapes[1][1]  # rknn_model_zoo: scores [1, nc, H, W] follow each box head
+
+
+def fit_labels(
+    names: tuple[str, ...] | None, classes: int | None, spec: str
+) -> tuple[tuple[str, ...] | None, str | None]:
+    """Labels that match the model, and a warning when they did not (then ids are logged)."""
+    if names is None or classes is None or len(names) == classes:
+        return names, None
+    return None, (
+        f"--labels {spec} has {len(names)} names but the model predicts {classes} classes: "
+        f"logging class ids instead (pass --labels FILE with one name per line)"
+    )
+
+
 # --- the app ------------------------------------------------------------------------------------
 
 
@@ -313,17 +337,24 @@ def run(args: argparse.Namespace, open_pool: OpenPool, stop: threading.Event) ->
         limit = 2 * max(1, pool.size)
         pending: deque[_InFlight] = deque()
 
+        labels: list[tuple[str, ...] | None] = []  # fitted to the model on the first result
+
         def finish(job: _InFlight) -> None:
             outputs = job.future.result()
             t_done = clock()
+            if not labels:
+                fitted, warning = fit_labels(names, class_count([o.shape for o in outputs]), args.labels)
+                if warning:
+                    log.warning("%s", warning)
+                labels.append(fitted)
             detections = decoder(outputs, job.info)
             t_post = clock()
             meter.add(job.pre, t_done - job.submitted, t_post - t_done,
-                      [label_of(int(c), names) for c in detections.class_ids])
+                      [label_of(int(c), labels[0]) for c in detections.class_ids])
             if args.verbose or meter.total_frames == 1:
-                log.info("frame %d: %s", meter.total_frames, describe(detections, names))
+                log.info("frame %d: %s", meter.total_frames, describe(detections, labels[0]))
             if meter.due(t_post):
-                log.info("frame %d: %s", meter.total_frames, describe(detections, names))
+                log.info("frame %d: %s", meter.total_frames, describe(detections, labels[0]))
                 log.info("%s", meter.report(t_post))
 
         submitted = 0

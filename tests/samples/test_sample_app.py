@@ -288,3 +288,30 @@ def test_image_source_yields_once_or_loops(tmp_path: Path) -> None:
 def test_video_source_loops_at_the_end(video_file: Path) -> None:
     assert len(list(app.frames(str(video_file)))) == 4
     assert len(_iterate(app.frames(str(video_file), loop=True), 9)) == 9
+
+
+def test_class_count_from_each_yolov8_layout() -> None:
+    assert app.class_count([(1, 84, 8400)]) == 80
+    assert app.class_count([(1, 6, 8400)]) == 2
+    rknn9 = [(1, 64, 80, 80), (1, 80, 80, 80), (1, 1, 80, 80)] * 3
+    assert app.class_count(rknn9) == 80
+    assert app.class_count([(1, 64, 80, 80), (1, 3, 80, 80)] * 3) == 3
+    assert app.class_count([(1, 1000)]) is None  # a classifier: not YOLOv8
+
+
+def test_labels_that_do_not_fit_the_model_fall_back_to_ids(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert app.fit_labels(("a", "b"), 2, "f.txt") == (("a", "b"), None)
+    names, warning = app.fit_labels(app.COCO_NAMES, 2, "coco")
+    assert names is None and warning is not None and "80 names but the model predicts 2" in warning
+    # End to end: a 2-class output with the default COCO labels logs ids, not "person"/"bicycle".
+    out = np.zeros((1, 6, 8400), np.float32)
+    out[0, :, 7] = (320, 320, 100, 100, 0.0, 0.8)
+    image = tmp_path / "f.png"
+    cv2.imwrite(str(image), np.zeros((640, 640, 3), np.uint8))
+    caplog.set_level(logging.INFO, logger="detect")
+    code = app.main(["--source", str(image), "--model", "m.onnx"], open_pool=lambda m, b: FakePool([out]))
+    assert code == 0
+    assert "frame 1: 1 object: class1 0.80 [270,270,370,370]" in _messages(caplog)
+    assert "80 names but the model predicts 2 classes" in caplog.text
