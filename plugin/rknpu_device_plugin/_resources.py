@@ -48,7 +48,7 @@ class ResourceManager:
         mode: Mode = "core",
         replicas: int = 1,
         soc_hint: SocSpec | None = None,
-        health_interval: float = 2.0,
+        health_interval: float = 0.5,
         use_inotify: bool = True,
     ) -> None:
         self.host = host

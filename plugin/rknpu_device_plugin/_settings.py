@@ -47,7 +47,7 @@ class PluginSettings(BaseSettings):
         None, description="SoC to assume when the device tree cannot be read (e.g. rk3588)"
     )
     health_interval: float = Field(
-        2.0,
+        0.5,
         gt=0,
         le=300,
         description="seconds between driver re-checks (device node changes are seen at once)",

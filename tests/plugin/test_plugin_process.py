@@ -203,6 +203,21 @@ def test_driver_unload_marks_every_core_unhealthy(rig_factory: RigFactory) -> No
     assert ids_of(devices) == ["npu-core-0", "npu-core-1"]
 
 
+def test_driver_unbound_with_nodes_left_is_seen_by_the_periodic_recheck(rig_factory: RigFactory) -> None:
+    rig = rig_factory("rk3588-drm")  # default --health-interval
+    stream = DeviceStream(rig.stub())
+    stream.wait_for(all_health("Healthy"))
+    unbound = time.monotonic()
+    # No /dev event: only the sysfs driver binding goes (inotify does not work on sysfs).
+    device = rig.host_root / "sys/devices/platform/fdab0000.npu"
+    (device / "driver").unlink()  # what `echo fdab0000.npu > .../RKNPU/unbind` does
+    (device / "uevent").write_text("OF_NAME=npu\n")
+    _, seen = stream.wait_for(all_health("Unhealthy"))
+    assert seen - unbound < 1.0
+    line = rig.plugin.wait_log(lambda entry: entry["msg"] == "health changed" and entry["unhealthy"])
+    assert "no Rockchip NPU found" in line["reason"]
+
+
 def test_concurrent_streams_all_get_updates_and_end_cleanly_on_shutdown(rig_factory: RigFactory) -> None:
     rig = rig_factory("rk3588-drm")
     streams = [DeviceStream(rig.stub()) for _ in range(3)]
