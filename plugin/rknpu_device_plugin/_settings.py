@@ -151,14 +151,19 @@ def settings_from(args: argparse.Namespace) -> PluginSettings:
     try:
         return PluginSettings(**given)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or 'settings'}: {error['msg']}"
-            for error in exc.errors()
-        )
+        problems = "; ".join(_describe(error["loc"], error["msg"]) for error in exc.errors())
         raise UsageError(
             f"invalid plugin settings: {problems}",
             f"fix the flag or its {ENV_PREFIX}* environment variable (see rknpu-device-plugin --help)",
         ) from None
+
+
+def _describe(loc: tuple[int | str, ...], message: str) -> str:
+    message = message.removeprefix("Value error, ")
+    if not loc:
+        return message
+    name = str(loc[0])
+    return f"--{name.replace('_', '-')} (env {ENV_PREFIX}{name.upper()}): {message}"
 
 
 def parse_settings(argv: Sequence[str]) -> PluginSettings:
