@@ -32,15 +32,17 @@ KUBELET_SOCKET = "kubelet.sock"
 
 
 class _Registration(pb_grpc.RegistrationServicer):
-    def __init__(
-        self, requests: queue.Queue[tuple[float, pb.RegisterRequest]], release: threading.Event
-    ) -> None:
-        self._requests = requests
-        self._release = release
+    def __init__(self, kubelet: FakeKubelet) -> None:
+        self._kubelet = kubelet
 
     def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.Empty:
-        self._requests.put((time.monotonic(), request))
-        self._release.wait(30)  # a hung kubelet, when a test clears it
+        kubelet = self._kubelet
+        kubelet.requests.put((time.monotonic(), request))
+        if kubelet.connect_back:
+            # As the real kubelet does: dial the plugin's endpoint and watch its devices at once,
+            # so a plugin that registers before it serves is caught.
+            kubelet.streams.put(DeviceStream(kubelet.plugin_stub(request.endpoint)))
+        kubelet.answer_register.wait(30)  # a hung kubelet, when a test clears it
         return pb.Empty()
 
 
@@ -49,6 +51,9 @@ class FakeKubelet:
         self.plugin_dir = plugin_dir
         self.requests: queue.Queue[tuple[float, pb.RegisterRequest]] = queue.Queue()
         self._server: grpc.Server | None = None
+        self.connect_back = False
+        """When True, each Register opens a ListAndWatch stream to the plugin (put on ``streams``)."""
+        self.streams: queue.Queue[DeviceStream] = queue.Queue()
         self.answer_register = threading.Event()
         """Clear it to make Register hang (until set again or 30 s)."""
         self.answer_register.set()
@@ -62,7 +67,7 @@ class FakeKubelet:
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
         self.delete_all_sockets()
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        pb_grpc.add_RegistrationServicer_to_server(_Registration(self.requests, self.answer_register), server)
+        pb_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
         assert server.add_insecure_port(f"unix://{self.socket}") != 0
         server.start()
         self._server = server

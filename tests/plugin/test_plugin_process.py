@@ -254,6 +254,21 @@ def test_kubelet_restart_deletes_sockets_and_the_plugin_registers_again(rig_fact
     rig.plugin.wait_log(lambda entry: entry["msg"] == "registered with kubelet" and entry["generation"] == 2)
 
 
+def test_kubelet_dialing_back_during_register_gets_the_devices(rig_factory: RigFactory) -> None:
+    rig = rig_factory("rk3576", kubelet=False, register=False)
+    rig.kubelet.connect_back = True
+    rig.kubelet.start()
+    rig.kubelet.wait_registration()
+    expected = [("npu-core-0", "Healthy"), ("npu-core-1", "Healthy")]
+    first = rig.kubelet.streams.get(timeout=5)
+    assert first.next() == expected
+    rig.plugin.wait_log(lambda entry: entry["msg"] == "registered with kubelet")
+    rig.kubelet.restart()
+    rig.kubelet.wait_registration()
+    assert first.ended.wait(5)
+    assert rig.kubelet.streams.get(timeout=5).next() == expected
+
+
 def test_losing_only_our_socket_triggers_serve_and_register(rig_factory: RigFactory) -> None:
     rig = rig_factory("rk3588-drm", "--no-inotify")
     assert rig.registration is not None
