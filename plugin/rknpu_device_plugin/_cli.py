@@ -51,6 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(settings: PluginSettings) -> int:
+    # gRPC's C core prints INFO lines of its own (e.g. "Got goaway" when kubelet restarts) that
+    # would break --log-format json; keep its errors. Must be set before grpc is imported.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     # gRPC is imported here, not at module level, so `--help` and bad settings answer fast.
     from ._lifecycle import Endpoint, Supervisor
     from ._resources import ResourceManager

@@ -46,9 +46,15 @@ def rig_factory() -> Iterator[RigFactory]:
             rig.registration = fake.wait_registration()[1]
         return rig
 
-    yield build
+    try:
+        yield build
+    finally:
+        for rig in made:
+            rig.plugin.stop()
+            rig.kubelet.stop()
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
     for rig in made:
-        rig.plugin.stop()
-        rig.kubelet.stop()
-    for root in roots:
-        shutil.rmtree(root, ignore_errors=True)
+        # --log-format json means every line is JSON, gRPC's own chatter included.
+        stray = [line["msg"] for line in rig.plugin.lines if line.get("level") == "raw"]
+        assert not stray, f"plugin wrote non-JSON lines: {stray}"
