@@ -70,6 +70,8 @@ fresh_install plugin
 pl="$work/plugin/bin"
 [ -x "$pl/rknpu-device-plugin" ] || fail "plugin venv has no rknpu-device-plugin console script (the ENTRYPOINT)"
 "$pl/rknpu-device-plugin" --help >/dev/null || fail "'rknpu-device-plugin --help' failed"
+# samples/monitoring's exporter DaemonSet runs the plugin image with command rknpu-exporter.
+"$pl/rknpu-exporter" --help >/dev/null || fail "'rknpu-exporter --help' failed in the plugin image's venv"
 "$pl/python" - <<'EOF'
 import importlib.util, sys
 import grpc, rknpu_device_plugin  # noqa: F401
