@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -67,6 +68,21 @@ class Endpoint:
         return self.plugin_dir / KUBELET_SOCKET
 
 
+class SocketBusyError(OSError):
+    """Our socket's path is served by a live process."""
+
+
+def _serving(path: Path) -> bool:
+    """Whether something accepts connections on the unix socket at ``path`` (stale ones refuse)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
 class PluginServer:
     """One generation of our gRPC server on our socket."""
 
@@ -77,10 +93,17 @@ class PluginServer:
         self._socket_id: FileId | None = None
 
     def start(self) -> None:
-        # A stale socket of ours (a crash, or the previous generation) blocks bind: remove it.
-        # Only our own file name is ever removed, never another plugin's socket.
-        with contextlib.suppress(FileNotFoundError):
-            self.socket_path.unlink()
+        # A stale socket of ours (a crash) blocks bind: remove it. Only our own file name is ever
+        # removed, never another plugin's socket, and never one a live process still serves (a
+        # second instance during a rollout would otherwise take turns with the first forever).
+        if os.path.lexists(self.socket_path):
+            if _serving(self.socket_path):
+                raise SocketBusyError(
+                    f"another process serves {self.socket_path} (a second rknpu-device-plugin on this "
+                    "node?); waiting for it to stop"
+                )
+            with contextlib.suppress(FileNotFoundError):
+                self.socket_path.unlink()
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=SERVER_WORKERS, thread_name_prefix="grpc")
         )
@@ -151,6 +174,7 @@ class Supervisor:
         self._watcher: FolderWatcher | None = None
         self._wake = threading.Event()
         self.generations = 0
+        self._last_serve_error = ""
 
     def wake(self) -> None:
         """Re-check now (called on stop, and when discovery first finds the NPU)."""
@@ -194,13 +218,16 @@ class Supervisor:
             self._before_serve()
             server.start()
         except Exception as exc:
-            _log.error(
-                "cannot serve; retrying",
-                extra={"fields": {"socket": str(endpoint.socket_path), "error": str(exc)}},
-            )
+            if str(exc) != self._last_serve_error:  # one line per distinct problem, not per retry
+                _log.error(
+                    "cannot serve; retrying",
+                    extra={"fields": {"socket": str(endpoint.socket_path), "error": str(exc)}},
+                )
+                self._last_serve_error = str(exc)
             server.stop(0)
             self._wait(watcher, BACKOFF_MAX)
             return
+        self._last_serve_error = ""
         try:
             kubelet_id = self._register_until_done(endpoint, server, watcher, stop)
             if kubelet_id is None:

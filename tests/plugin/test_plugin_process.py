@@ -304,6 +304,27 @@ def test_stale_socket_of_ours_is_replaced_and_others_are_left_alone(rig_factory:
     assert theirs.exists() and not ours.exists()
 
 
+def test_second_instance_waits_instead_of_stealing_the_socket(rig_factory: RigFactory) -> None:
+    from fakekubelet import PluginProcess
+
+    rig = rig_factory("rk3588-drm")
+    rig.plugin.wait_log(lambda entry: entry["msg"] == "registered with kubelet")
+    assert rig.registration is not None
+    ours = rig.plugin_dir / rig.registration.endpoint
+    first_inode = ours.stat().st_ino
+    second = PluginProcess(rig.host_root, rig.plugin_dir)
+    try:
+        line = second.wait_log(lambda entry: entry["msg"] == "cannot serve; retrying")
+        assert "another process serves" in line["error"]
+        assert ours.stat().st_ino == first_inode and rig.kubelet.no_registration(0.3)
+        rig.plugin.signal(signal.SIGTERM)  # the old instance goes (a rollout): the new one takes over
+        assert rig.plugin.wait() == 0
+        rig.kubelet.wait_registration(timeout=5)
+        second.wait_log(lambda entry: entry["msg"] == "registered with kubelet")
+    finally:
+        assert second.stop() == 0
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signal_stops_cleanly_removes_socket_and_exits_0(rig_factory: RigFactory, signum: int) -> None:
     rig = rig_factory("rk3588-drm")
