@@ -65,8 +65,6 @@ class ResourceManager:
         self._last_error: str | None = None
         self._subscribers: set[queue.Queue[DeviceState | None]] = set()
         self._closed = False
-        self.ready = threading.Event()
-        """Set once an NPU has been discovered (the supervisor waits for it before registering)."""
         self._watcher: FolderWatcher | None = None
         self.when_missing = "registering nothing and re-scanning for a late driver load"
         """What the plugin does when no NPU is found (the log line says it)."""
@@ -84,11 +82,6 @@ class ResourceManager:
     def state(self) -> DeviceState:
         with self._lock:
             return self._state
-
-    @property
-    def last_error(self) -> str | None:
-        with self._lock:
-            return self._last_error
 
     def compatible_host_path(self) -> str | None:
         """The host path of the device-tree compatible file, as found by the last scan."""
@@ -186,7 +179,6 @@ class ResourceManager:
                     }
                 },
             )
-            self.ready.set()
             self.on_ready()
         if current is None and error_changed and error is not None:
             # The one actionable line for a node without a usable NPU; later scans stay quiet.
@@ -231,7 +223,3 @@ class ResourceManager:
             self.scan()
         except Exception as exc:
             _log.error("health check failed; retrying", extra={"fields": {"error": repr(exc)}})
-
-    def wake(self) -> None:
-        if self._watcher is not None:
-            self._watcher.wake()
