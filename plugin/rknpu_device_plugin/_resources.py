@@ -41,6 +41,8 @@ class DeviceState:
 
 
 class ResourceManager:
+    """Owns what kubelet is told about the NPU: the discovered NpuInfo, device IDs and health."""
+
     def __init__(
         self,
         host: HostRoot,
