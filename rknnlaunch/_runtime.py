@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -158,13 +159,19 @@ class NpuRuntime:
         return f"<NpuRuntime {self.label!r}>"
 
 
-def diagnose(lines: Iterable[str]) -> str:
+def diagnose(lines: Iterable[str], late_redirect: bool = False) -> str:
     """A fix for the most common RKNNLite failures, from the lines it logged."""
     text = "\n".join(lines).lower()
     if "invalid rknn model version" in text:
         return (
             "the model was built by a newer rknn-toolkit2 than /usr/lib/librknnrt.so: install a "
             "librknnrt.so at least as new as the toolkit (`rknnlaunch doctor --model MODEL`)"
+        )
+    if ("specify the target" in text or "unsupported run platform" in text) and late_redirect:
+        return (
+            "rknnlite was imported before rknnlaunch could redirect /proc/device-tree/compatible (its "
+            "compiled modules cache `open` at import): call rknnlaunch.open() before importing rknnlite "
+            "yourself, or start the program with `rknnlaunch run -- ...`"
         )
     if "specify the target" in text or "unsupported run platform" in text:
         return (
@@ -193,8 +200,18 @@ def _check_model(path: Path, target: NpuTarget) -> None:
         )
 
 
-def open_npu(model: Path, target: NpuTarget, cores: frozenset[int], factory: RknnLiteFactory) -> NpuRuntime:
-    """Load and initialise one RKNNLite context on ``cores`` (must be runnable as one context)."""
+def open_npu(
+    model: Path,
+    target: NpuTarget,
+    cores: frozenset[int],
+    factory: RknnLiteFactory,
+    late_redirect: bool = False,
+) -> NpuRuntime:
+    """Load and initialise one RKNNLite context on ``cores`` (must be runnable as one context).
+
+    ``late_redirect``: the compatible redirect was installed after rknnlite was imported (it then
+    cannot take effect; the error says so).
+    """
     allocation = target.allocation
     mask = rknnlite_mask(allocation.soc, cores, allocation.core_count)
     lite = factory()
@@ -214,7 +231,7 @@ def open_npu(model: Path, target: NpuTarget, cores: frozenset[int], factory: Rkn
                 raise RuntimeInitError(
                     f"RKNNLite.init_runtime(core_mask={mask} ({mask_name(mask)})) returned {code} on "
                     f"{allocation.soc.name} cores {format_cores(cores)}",
-                    diagnose(init_log.lines),
+                    diagnose(init_log.lines, late_redirect),
                     init_log.lines,
                 )
     except BaseException:
@@ -304,12 +321,13 @@ def open_plan(the_plan: Plan, settings: NpuSettings, rknnlite: RknnLiteFactory |
     target = the_plan.target
     assert target is not None
     # Before rknnlite is imported: its compiled modules cache `open` at import time.
-    make_compatible_visible(settings, target.host)
+    imported_already = "rknnlite.api" in sys.modules and _dtcompat.redirect_target() is None
+    late_redirect = make_compatible_visible(settings, target.host) is not None and imported_already
     factory = rknnlite if rknnlite is not None else load_rknnlite()
     opened: list[Runtime] = []
     try:
         for group in the_plan.groups:
-            opened.append(open_npu(the_plan.model, target, group, factory))
+            opened.append(open_npu(the_plan.model, target, group, factory, late_redirect))
     except BaseException:
         for runtime in opened:
             runtime.close()

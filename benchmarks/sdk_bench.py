@@ -1,0 +1,65 @@
+"""Prints the SDK's own overheads: import time, `rknnlaunch run` start-up, Pool dispatch per frame.
+
+Usage: python benchmarks/sdk_bench.py   (no NPU needed: the Pool figure uses the test fake with
+zero-cost inference, so it measures rknnlaunch's queueing and ordering alone).
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "sdk")]
+
+
+def _median_seconds(command: list[str], runs: int = 7) -> float:
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    python = sys.executable
+    bare = _median_seconds([python, "-c", "pass"])
+    imported = _median_seconds([python, "-c", "import rknnlaunch"])
+    opened = _median_seconds([python, "-c", "import rknnlaunch; rknnlaunch.open"])
+    launched = _median_seconds([python, "-m", "rknnlaunch", "run", "--no-check", "--", "true"])
+    print(f"python start-up                    {bare * 1000:7.1f} ms")
+    print(f"+ import rknnlaunch                {(imported - bare) * 1000:7.1f} ms")
+    print(f"+ rknnlaunch.open (runtime, numpy) {(opened - bare) * 1000:7.1f} ms")
+    print(f"rknnlaunch run --no-check -- true  {launched * 1000:7.1f} ms (total, to exec)")
+
+    import numpy as np
+    from fakehost import make_host
+    from rknnfile_builder import write_rknn
+    from rknnlite_fake import FakeNpu
+
+    from rknnlaunch import Pool
+    from rknnlaunch._settings import load_settings
+    from rknnlaunch.npu import soc_by_name
+
+    with tempfile.TemporaryDirectory() as folder:
+        host = make_host("rk3588-drm", Path(folder) / "host")
+        model = write_rknn(Path(folder) / "m.rknn")
+        soc = soc_by_name("rk3588")
+        assert soc is not None
+        npu = FakeNpu(soc, output_shapes=((1, 1),), init_window=0.0)
+        frames = [np.zeros((8, 8, 3), np.uint8)] * 5000  # tiny: measure dispatch, not the fake
+        settings = load_settings({"RKNNLAUNCH_ROOT": str(host.root)})
+        with Pool(model, settings=settings, rknnlite=npu.factory, per_core=True) as pool:
+            start = time.perf_counter()
+            count = sum(1 for _ in pool.map(frames))
+            elapsed = time.perf_counter() - start
+    print(f"Pool.map dispatch (3 fake cores)   {elapsed / count * 1e6:7.1f} us/frame ({count} frames)")
+
+
+if __name__ == "__main__":
+    main()
