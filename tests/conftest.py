@@ -6,9 +6,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from fakehost import make_host
 from rknnlaunch.npu import HostRoot
+
+# A loaded 2-core CI machine makes single examples slow now and then: judge properties, not speed.
+settings.register_profile("rknnlaunch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("rknnlaunch")
 
 
 @pytest.fixture
