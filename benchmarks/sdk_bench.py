@@ -38,10 +38,10 @@ def main() -> None:
     print(f"rknnlaunch run --no-check -- true  {launched * 1000:7.1f} ms (total, to exec)")
 
     import numpy as np
-    from fakehost import make_host
     from rknnfile_builder import write_rknn
     from rknnlite_fake import FakeNpu
 
+    from fakehost import make_host
     from rknnlaunch import Pool
     from rknnlaunch._settings import load_settings
     from rknnlaunch.npu import soc_by_name
