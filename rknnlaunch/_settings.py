@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ._errors import MaskError, RknnLaunchError, SettingsError
 from .npu import (
@@ -66,7 +66,8 @@ class NpuSettings(BaseSettings):
 
     core_mask: int | None = _env("RKNN_NPU_CORE_MASK")
     """Allocated cores as a mask; any form `rknnlaunch.npu.parse_mask` reads (plugin writes decimal)."""
-    cores: frozenset[int] | None = _env("RKNN_NPU_CORES")
+    # NoDecode: the env source would otherwise JSON-decode "1" into the int 1 (and reject it).
+    cores: Annotated[frozenset[int] | None, NoDecode] = _env("RKNN_NPU_CORES")
     """Allocated core numbers, ``"0,1"``."""
     soc: str | None = _env("RKNN_NPU_SOC")
     """Canonical SoC name (``rk3588``); used when the device tree cannot be read."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -174,3 +176,49 @@ def test_valid_masks_round_trip(mask: int, form: str, rk3588: NpuInfo) -> None:
         rk3588,
     )
     assert allocation.mask == mask
+
+
+@contextlib.contextmanager
+def process_env(values: dict[str, str]) -> Iterator[None]:
+    names = ("RKNN_NPU_CORE_MASK", "RKNN_NPU_CORES", "RKNN_NPU_SOC")
+    saved = {name: os.environ.get(name) for name in names}
+    try:
+        for name in names:
+            os.environ.pop(name, None)
+        os.environ.update(values)
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _outcome(load: Callable[[], object]) -> object:
+    try:
+        return load()
+    except SettingsError as exc:
+        return ("error", exc.problem)
+
+
+@settings(max_examples=200, deadline=None)
+@given(mask=st.none() | _ENV_TEXT, cores=st.none() | _ENV_TEXT, soc=st.none() | _ENV_TEXT)
+def test_process_env_and_mapping_read_values_alike(
+    mask: str | None, cores: str | None, soc: str | None
+) -> None:
+    """The env source must not JSON-decode values ("1" is core 1, not the number 1)."""
+    env = {
+        k: v
+        for k, v in (("RKNN_NPU_CORE_MASK", mask), ("RKNN_NPU_CORES", cores), ("RKNN_NPU_SOC", soc))
+        if v is not None and "\0" not in v
+    }
+    with process_env(env):
+        from_process = _outcome(lambda: load_settings().model_dump(exclude={"root", "log_level"}))
+    from_mapping = _outcome(lambda: load_settings(env).model_dump(exclude={"root", "log_level"}))
+    assert from_process == from_mapping
+
+
+def test_single_core_list_from_the_process_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RKNN_NPU_CORES", "1")
+    assert load_settings().cores == {1}
