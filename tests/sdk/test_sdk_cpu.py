@@ -109,3 +109,17 @@ def test_cpu_backend_refuses_non_onnx_files(tmp_path: Path) -> None:
         rknnlaunch.open(write_rknn(tmp_path / "m.rknn"), backend="cpu", settings=load_settings({}))
     with pytest.raises(ModelError, match="does not exist"):
         rknnlaunch.open(tmp_path / "missing.onnx", backend="cpu", settings=load_settings({}))
+
+
+def test_runtime_api_loads_no_backend_until_used() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, rknnlaunch\n"
+        "rknnlaunch.open, rknnlaunch.Pool, rknnlaunch.NpuSettings\n"
+        "print(sorted(m for m in ('onnxruntime', 'rknnlite', 'cv2', 'grpc') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
