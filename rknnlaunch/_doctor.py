@@ -217,6 +217,15 @@ def check_device_nodes(
                 {"path": path, "errno": code},
             )
         usable.append(path)
+    if info is not None and settings.device and settings.device not in info.device_paths:
+        return CheckResult(
+            "device-nodes",
+            "warn",
+            f"RKNN_NPU_DEVICE={settings.device} is not one of the NPU's nodes found here "
+            f"({', '.join(info.device_paths)}); all are openable",
+            "check the device plugin's logs: its discovery and this container's disagree",
+            {"nodes": usable, "injected_device": settings.device},
+        )
     return CheckResult(
         "device-nodes", "ok", f"{', '.join(usable)} present and openable", None, {"nodes": usable}
     )

@@ -259,3 +259,10 @@ def test_real_opener_on_plain_files_and_missing_ones(tmp_path: Path) -> None:
     open_device(heap)  # read-only suffices for a DMA heap
     with pytest.raises(FileNotFoundError):
         open_device(tmp_path / "dev/dri/renderD130")
+
+
+def test_injected_device_that_is_not_the_npu_warns(host_factory: HostFactory) -> None:
+    host = host_factory("rk3588-drm")
+    result = checks(host, RKNN_NPU_DEVICE="/dev/dri/renderD128")["device-nodes"]
+    assert result.status == "warn" and "RKNN_NPU_DEVICE=/dev/dri/renderD128 is not one of" in result.summary
+    assert checks(host, RKNN_NPU_DEVICE="/dev/dri/renderD129")["device-nodes"].status == "ok"
