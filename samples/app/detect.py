@@ -102,7 +102,8 @@ def frames(
     """BGR frames from an image file, a video file, a camera index or a network stream.
 
     A still image yields once (forever with ``loop``); a video file restarts at its end with
-    ``loop``; a network stream that drops is reopened up to ``reconnects`` times in a row.
+    ``loop``. A network stream is treated as live: whenever it ends or drops it is reopened, and
+    after ``reconnects`` attempts in a row that deliver no frame a `SourceError` is raised.
     """
     stop = stop or threading.Event()
     cv2 = _cv2()
@@ -126,7 +127,12 @@ def frames(
     target: str | int = int(source) if source.isdigit() else source
     failures = 0
     while not stop.is_set():
-        capture = cv2.VideoCapture(target)
+        if stream:
+            # Bounded waits: a camera that stops answering must not hang the pod forever.
+            timeouts = [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, 10_000, cv2.CAP_PROP_READ_TIMEOUT_MSEC, 10_000]
+            capture = cv2.VideoCapture(target, cv2.CAP_FFMPEG, timeouts)
+        else:
+            capture = cv2.VideoCapture(target)
         if not capture.isOpened():
             capture.release()
             if stream and failures < reconnects:

@@ -315,3 +315,38 @@ def test_labels_that_do_not_fit_the_model_fall_back_to_ids(
     assert code == 0
     assert "frame 1: 1 object: class1 0.80 [270,270,370,370]" in _messages(caplog)
     assert "80 names but the model predicts 2 classes" in caplog.text
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A loopback HTTP server over tmp_path: a network stream the app reads through FFmpeg."""
+    import functools
+    import http.server
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", tmp_path
+    finally:
+        server.shutdown()
+        thread.join()
+
+
+def test_a_network_stream_is_reopened_when_it_ends(http_server: tuple[str, Path], video_file: Path) -> None:
+    base, folder = http_server
+    (folder / "live.avi").write_bytes(video_file.read_bytes())
+    # 4 frames per pass: 10 frames need two reopenings, each of which delivers again.
+    got = _iterate(app.frames(f"{base}/live.avi", reconnects=1, backoff_s=0.0), 10)
+    assert len(got) == 10 and all(f.shape == (376, 320, 3) for f in got)
+
+
+def test_a_missing_network_stream_fails_after_its_retries(http_server: tuple[str, Path]) -> None:
+    base, _ = http_server
+    with pytest.raises(app.SourceError, match=re.escape(f"cannot open {base}/absent.avi")):
+        next(app.frames(f"{base}/absent.avi", reconnects=2, backoff_s=0.0))
