@@ -350,3 +350,18 @@ def test_a_missing_network_stream_fails_after_its_retries(http_server: tuple[str
     base, _ = http_server
     with pytest.raises(app.SourceError, match=re.escape(f"cannot open {base}/absent.avi")):
         next(app.frames(f"{base}/absent.avi", reconnects=2, backoff_s=0.0))
+
+
+def test_settings_come_from_the_environment_and_bad_values_are_usage_errors(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SOURCE", "rtsp://cam/stream")
+    monkeypatch.setenv("MAX_FRAMES", "7")
+    monkeypatch.setenv("LOOP", "1")
+    monkeypatch.setenv("IMGSZ", "320")
+    args = app.build_parser().parse_args([])
+    assert (args.source, args.max_frames, args.loop, args.imgsz) == ("rtsp://cam/stream", 7, True, 320)
+    monkeypatch.setenv("MAX_FRAMES", "seven")
+    with pytest.raises(SystemExit) as exc:
+        app.build_parser().parse_args([])
+    assert exc.value.code == 2 and "--max-frames: invalid int value: 'seven'" in capsys.readouterr().err
