@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,6 +104,21 @@ def test_model_inspect_on_a_foreign_file_fails_cleanly(
     err = capsys.readouterr().err
     assert "is not an .rknn model: it looks like an ONNX model" in err and "Traceback" not in err
     assert main(["model", "inspect"]) == 2
+
+
+def test_a_closed_pipe_is_no_traceback(tmp_path: Path) -> None:
+    """`rknnlaunch model inspect --json M | head -1`: the reader leaves early; no traceback, exit 141."""
+    model = write_rknn(tmp_path / "m.rknn")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rknnlaunch", "model", "inspect", "--json", str(model)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    error = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 141
+    assert "Traceback" not in error
 
 
 @pytest.mark.skipif(
