@@ -90,10 +90,13 @@ class Pool:
 
     def submit(self, x: Any) -> Future[list[np.ndarray]]:
         """Queue one frame; the Future resolves to the model's raw outputs."""
-        if self._closed:
-            raise InferenceError("this pool is closed", "create a new rknnlaunch.Pool")
         future: Future[list[np.ndarray]] = Future()
-        self._jobs.put((x, future))
+        # Under the close lock: a job queued after close()'s stop markers would never run, and its
+        # caller would wait forever.
+        with self._close_lock:
+            if self._closed:
+                raise InferenceError("this pool is closed", "create a new rknnlaunch.Pool")
+            self._jobs.put((x, future))
         return future
 
     def infer(self, x: Any) -> list[np.ndarray]:
@@ -121,8 +124,8 @@ class Pool:
             if self._closed:
                 return
             self._closed = True
-        for _ in self._threads:
-            self._jobs.put(None)
+            for _ in self._threads:
+                self._jobs.put(None)
         for thread in self._threads:
             thread.join()
         for runtime in self.runtimes:

@@ -119,6 +119,34 @@ def test_pool_propagates_a_failed_frame(host_factory: HostFactory, model: Path) 
         assert pool.infer(frame(1))[0].shape == (1, 6, 8400)
 
 
+def test_pool_submit_racing_close_either_refuses_or_runs(host_factory: HostFactory, model: Path) -> None:
+    """A frame submitted while another thread closes the pool is refused or run, never left waiting."""
+    host = host_factory("rk3588-drm")
+    pool = Pool(model, settings=settings_for(host), rknnlite=fake_for("rk3588").factory, per_core=True)
+    outcomes: list[str] = []
+    start = threading.Barrier(5)
+
+    def submit_many() -> None:
+        start.wait()
+        for _ in range(200):
+            try:
+                future = pool.submit(frame(1))
+            except rknnlaunch.InferenceError:
+                outcomes.append("refused")
+                return
+            future.result(timeout=30)  # a job queued behind the stop markers would time out here
+            outcomes.append("ran")
+
+    submitters = [threading.Thread(target=submit_many) for _ in range(4)]
+    for thread in submitters:
+        thread.start()
+    start.wait()
+    pool.close()
+    for thread in submitters:
+        thread.join()
+    assert outcomes.count("refused") == 4
+
+
 def test_init_runtime_is_serialised_process_wide(host_factory: HostFactory, model: Path) -> None:
     host = host_factory("rk3588-drm")
     npu = fake_for("rk3588", init_window=0.05)
