@@ -8,20 +8,24 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rknnlaunch import RknnLaunchError, UsageError, __version__
 from rknnlaunch.npu import HostRoot, soc_by_name
 
 from ._devices import cdi_spec
 from ._events import NullEvents, PluginEvents
+from ._files import write_atomic
 from ._log import get_logger, setup_logging
 from ._settings import PluginSettings, build_parser, settings_from
+
+if TYPE_CHECKING:
+    from ._resources import ResourceManager
 
 SHUTDOWN_JOIN_SECONDS = 1.5
 _log = get_logger()
@@ -148,8 +152,10 @@ def run(settings: PluginSettings) -> int:
         _log.info("stopping")
         resources.close()
         supervisor.wake()
+        # One budget for all threads, not one each: SIGTERM must end the process within 2 s.
+        deadline = time.monotonic() + SHUTDOWN_JOIN_SECONDS
         for thread in threads:
-            thread.join(SHUTDOWN_JOIN_SECONDS)
+            thread.join(max(deadline - time.monotonic(), 0.0))
         for stopper in stoppers:
             stopper()
         for sig, handler in previous.items():
@@ -169,20 +175,14 @@ def _metrics_module() -> Any:
         ) from None
 
 
-def _write_cdi_spec(settings: PluginSettings, resources: Any) -> bool:
+def _write_cdi_spec(settings: PluginSettings, resources: ResourceManager) -> bool:
     """Write the CDI spec atomically; False (and an error line) if it cannot be written."""
-    info = resources.info
+    info, _state, compatible = resources.snapshot()
     if info is None:
         return False
-    spec = cdi_spec(info, resources.compatible_host_path())
     path = Path(settings.cdi_dir) / "rockchip.com-npu.json"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".rknpu-", suffix=".json")
-        with os.fdopen(fd, "w") as handle:
-            json.dump(spec, handle, indent=2)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(cdi_spec(info, compatible), indent=2))
     except OSError as exc:
         _log.error(
             "cannot write the CDI spec; Allocate returns device nodes only",

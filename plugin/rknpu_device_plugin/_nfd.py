@@ -11,10 +11,8 @@ so both files are written to a dot-file in the same folder and renamed into plac
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,6 +21,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
 from rknnlaunch.npu import NpuInfo
+
+from ._files import write_atomic
 
 DEFAULT_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 FEATURE_FILE_NAME = "rknpu"
@@ -88,27 +88,6 @@ def parse_feature_text(text: str) -> dict[str, str]:
         name, sep, value = line.partition("=")
         labels[name.strip()] = value.strip() if sep else "true"
     return labels
-
-
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``text`` so a concurrent reader sees the old file or the new one, never half.
-
-    The temporary file is a dot-file in the same folder (same filesystem for rename; ignored by
-    NFD, and not ``*.prom`` so node-exporter skips it too).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp_name, mode)
-        os.replace(temp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp_name)
-        raise
 
 
 def write_feature_file(

@@ -80,15 +80,10 @@ class ResourceManager:
         with self._lock:
             return self._info
 
-    @property
-    def state(self) -> DeviceState:
+    def snapshot(self) -> tuple[NpuInfo | None, DeviceState, str | None]:
+        """NPU info, device state and compatible file path, all from the same scan (for Allocate)."""
         with self._lock:
-            return self._state
-
-    def compatible_host_path(self) -> str | None:
-        """The host path of the device-tree compatible file, as found by the last scan."""
-        with self._lock:
-            return self._compatible
+            return self._info, self._state, self._compatible
 
     def _find_compatible(self) -> str | None:
         """The host path of the device-tree compatible file (links resolved), if it exists.

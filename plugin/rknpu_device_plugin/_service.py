@@ -99,9 +99,7 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         return pb.PreferredAllocationResponse(container_responses=responses)
 
     def Allocate(self, request: pb.AllocateRequest, context: grpc.ServicerContext) -> pb.AllocateResponse:
-        info = self._resources.info
-        state = self._resources.state
-        compatible = self._resources.compatible_host_path()
+        info, state, compatible = self._resources.snapshot()
         responses = []
         plans = []
         for container in request.container_requests:

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rknnlaunch.npu import HostRoot, discover
+from rknpu_device_plugin._files import write_atomic
 from rknpu_device_plugin._metrics import NpuCollector, PluginMetrics, build_registry
 from rknpu_device_plugin._nfd import (
     LABEL_NAMESPACE,
@@ -20,7 +21,6 @@ from rknpu_device_plugin._nfd import (
     nfd_feature_text,
     parse_feature_text,
     remove_feature_file,
-    write_atomic,
     write_feature_file,
     write_textfile,
 )
