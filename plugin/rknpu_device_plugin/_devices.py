@@ -24,6 +24,8 @@ from rknnlaunch.npu import (
 
 Mode = Literal["core", "shared"]
 
+DEFAULT_RESOURCE_NAME = "rockchip.com/npu"
+"""The extended resource kubelet offers (``--resource-name`` may add the SoC for mixed fleets)."""
 CONTAINER_COMPATIBLE_PATH = "/run/rknpu/compatible"
 """Where Allocate mounts the host's device-tree compatible file (runtimes mask /proc/device-tree)."""
 CDI_KIND = "rockchip.com/npu"

@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from rknnlaunch import RknnLaunchError, UsageError, __version__
 from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec, discover, soc_by_name
 
+from ._devices import DEFAULT_RESOURCE_NAME
 from ._metrics import MetricsServer, NpuCollector, build_registry
 from ._nfd import (
     DEFAULT_FEATURES_DIR,
@@ -33,7 +34,7 @@ from ._nfd import (
     write_feature_file,
     write_textfile,
 )
-from ._podresources import DEFAULT_POD_RESOURCES_SOCKET, DEFAULT_RESOURCE_NAME, PodResourcesClient
+from ._podresources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesClient
 
 ENV_PREFIX = "RKNPU_EXPORTER_"
 PROG = "rknpu-exporter"

@@ -7,20 +7,16 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ._devices import DEFAULT_RESOURCE_NAME, cores_of
+
 DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-DEFAULT_RESOURCE_NAME = "rockchip.com/npu"
 # Kubelet answers List from memory; a slow answer means it is wedged, and a scrape must not wait.
 DEFAULT_TIMEOUT_SECONDS = 1.0
 # A node running hundreds of pods sends a large List answer; gRPC's default cap is 4 MiB.
 _MAX_MESSAGE_BYTES = 32 * 1024 * 1024
-
-# The plugin's device IDs: `npu-core-<n>` (one per core) and `npu-core-<n>-<r>` (replica r of core n
-# when cores are shared).
-_DEVICE_ID = re.compile(r"npu-core-(\d+)(?:-(\d+))?")
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +33,6 @@ class CoreHolder:
     namespace: str
     pod: str
     container: str
-
-
-def core_of_device(device_id: str) -> int | None:
-    """``"npu-core-2"`` and ``"npu-core-2-1"`` (shared replica) -> 2; anything else -> None."""
-    match = _DEVICE_ID.fullmatch(device_id.strip())
-    return int(match.group(1)) if match else None
 
 
 def resource_matcher(resource_name: str) -> re.Pattern[str]:
@@ -65,13 +55,9 @@ def holders_from_response(response: Any, resource_name: str) -> tuple[CoreHolder
             for devices in container.devices:
                 if not ours.fullmatch(devices.resource_name):
                     continue
-                for core in _cores(devices.device_ids):
+                for core in cores_of(devices.device_ids):
                     holders.add(CoreHolder(core, pod.namespace, pod.name, container.name))
     return tuple(sorted(holders))
-
-
-def _cores(device_ids: Iterable[str]) -> set[int]:
-    return {core for core in map(core_of_device, device_ids) if core is not None}
 
 
 class PodResourcesClient:

@@ -14,9 +14,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from rknnlaunch import UsageError
 from rknnlaunch.npu import soc_by_name
 
+from ._devices import DEFAULT_RESOURCE_NAME
+from ._podresources import DEFAULT_POD_RESOURCES_SOCKET
+
 ENV_PREFIX = "RKNPU_PLUGIN_"
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
-DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # Kubernetes extended resource names: <DNS subdomain>/<name>; "{soc}" is filled in from discovery.
 _RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
@@ -31,7 +33,7 @@ class PluginSettings(BaseSettings):
         Path(DEFAULT_DEVICE_PLUGIN_DIR), description="kubelet's device plugin folder (holds kubelet.sock)"
     )
     resource_name: str = Field(
-        "rockchip.com/npu",
+        DEFAULT_RESOURCE_NAME,
         description='extended resource to offer; "{soc}" becomes the SoC name, e.g. rockchip.com/npu-{soc} '
         "-> rockchip.com/npu-rk3588 (mixed fleets)",
     )
