@@ -15,7 +15,6 @@ serves the same NPU metrics where the plugin runs without ``--metrics-address``.
 from __future__ import annotations
 
 import logging
-import math
 import selectors
 import socket
 import socketserver
@@ -171,13 +170,6 @@ class NpuReading:
     pod_resources_errors: int = 0
 
 
-def clamp_ratio(value: float) -> float:
-    """A load ratio forced into [0, 1]; NaN counts as 0 (the driver printed garbage)."""
-    if math.isnan(value):
-        return 0.0
-    return min(max(value, 0.0), 1.0)
-
-
 def npu_families(reading: NpuReading) -> list[Metric]:
     """The NPU's metric families from one reading (pure: no I/O)."""
     info = reading.info
@@ -212,7 +204,7 @@ def npu_families(reading: NpuReading) -> list[Metric]:
             labels=["core"],
         )
         for core, ratio in enumerate(reading.load):
-            load.add_metric([str(core)], clamp_ratio(ratio))
+            load.add_metric([str(core)], ratio)
         families.append(load)
     if reading.frequency_hz is not None:
         families.append(
@@ -337,8 +329,9 @@ class NpuCollector:
                 log.debug("unparsable load text: %s", exc)
                 return None
             readable[LOAD_FILE] = True
-            # A garbled line can name cores the SoC does not have; export only real ones.
-            return tuple(clamp_ratio(ratio) for ratio in load[: info.soc.npu_cores])
+            # parse_load already clamps to [0, 1]; a garbled line can name cores the SoC does not
+            # have: export only real ones.
+            return load[: info.soc.npu_cores]
         if denied is not None:
             self._say_once(
                 "load-denied",

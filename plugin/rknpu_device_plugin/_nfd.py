@@ -32,11 +32,6 @@ TEXTFILE_NAME = "rknpu.prom"
 _LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def runtime_mode(info: NpuInfo) -> str:
-    """How RKNN runtimes reach this NPU: ``drm`` (card + render node) or ``misc`` (/dev/rknpu + DMA heap)."""
-    return info.driver_kind
-
-
 def label_value(text: str) -> str:
     """``text`` made a valid label value: ``"radxa,rock-5b"`` -> ``"radxa_rock-5b"``; may be empty."""
     value = _LABEL_VALUE_BAD.sub("_", text.strip())[:63]
@@ -50,7 +45,8 @@ def nfd_labels(info: NpuInfo) -> dict[str, str]:
         "soc": info.soc.name,
         "npu-family": label_value(info.soc.npu_family),
         "cores": str(info.core_count),
-        "runtime-mode": runtime_mode(info),
+        # How runtimes reach the NPU: drm (card + render node) or misc (/dev/rknpu + DMA heap).
+        "runtime-mode": info.driver_kind,
         # Whether pods can pin cores (RK3588/RK3576) or must leave the mask to the runtime (RK356x).
         "core-mask": "pinned" if info.soc.core_mask_settable else "auto-only",
     }
