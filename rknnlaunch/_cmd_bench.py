@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,12 +24,11 @@ from ._errors import UsageError
 from ._librknnrt import LIBRKNNRT_PATH, find_librknnrt
 from ._rknnlite import RknnLiteFactory
 from ._runtime import BACKENDS, Plan, open_plan, plan
-from ._runtime import open as open_runtime
 from ._settings import NpuSettings, load_settings
 from ._version import __version__
 from .npu import HostRoot, format_cores, runnable_core_sets
-from .yolo import Letterboxer, YoloDecoder
-from .yolo._model import input_size, model_metadata, pad_for, resolve_model
+from .yolo import read_image
+from .yolo._model import ModelPipeline, resolve_model
 
 CPU_DEFAULTS = (3, 20)
 """(warm-up, iterations) on the CPU: the README's first command must finish quickly on 2 cores."""
@@ -86,13 +86,7 @@ def synthetic_frame(width: int = 1280, height: int = 720) -> npt.NDArray[np.uint
 def load_image(path: str | None) -> tuple[npt.NDArray[np.uint8], str]:
     if path is None:
         return synthetic_frame(), "synthetic 1280x720"
-    from .yolo._letterbox import _cv2
-
-    cv2 = _cv2()
-    image = cv2.imread(path, cv2.IMREAD_COLOR)
-    if image is None:
-        raise UsageError(f"cannot read image {path}", "pass a JPEG/PNG file OpenCV can decode")
-    return np.asarray(image, np.uint8), path
+    return read_image(path), path
 
 
 def _positive(value: int | None, default: int, flag: str, minimum: int = 1) -> int:
@@ -205,7 +199,7 @@ def _print_table(results: list[_bench.CaseResult], title: str, stream: TextIO) -
     Console(file=stream, width=max(140, len(title) + 4)).print(table)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _Setup:
     """What to run: the cases, how to open a runtime for one, and the defaults for this backend."""
 
@@ -237,7 +231,9 @@ def _setup(
         cases.append(_bench.pool_case(allocation.cores, threads))
 
     def open_npu(cores: frozenset[int] | None) -> _bench.BenchRuntime:
-        return open_runtime(the_plan.model, cores=cores, backend="npu", settings=settings, rknnlite=rknnlite)
+        # The plan already discovered the NPU and checked the model: open just this core set.
+        group = allocation.cores if cores is None else cores
+        return open_plan(dataclasses.replace(the_plan, groups=(group,)), settings, rknnlite)[0]
 
     return _Setup(cases, open_npu, allocation.cores, NPU_DEFAULTS, f"NPU {target.info.soc.name}")
 
@@ -254,16 +250,11 @@ def execute(
     if args.all_cores:
         settings = settings.model_copy(update={"core_mask": None, "cores": None})
     the_plan = plan(model, None, args.backend, settings, split=True)
-    meta = model_metadata(the_plan.model)
-    width, height = input_size(meta)
-    pad = args.pad if args.pad is not None else pad_for(the_plan.model)
-    conf, iou = args.conf, args.iou
-
-    def make_pipeline() -> tuple[Letterboxer, YoloDecoder]:
-        return Letterboxer((width, height), pad_value=pad), YoloDecoder(conf, iou)
-
-    make_pipeline()  # validates --pad/--conf/--iou before any runtime is opened
+    # Validates --pad/--conf/--iou, and below the output paths, before any runtime is opened.
+    pipeline = ModelPipeline.for_model(the_plan.model, args.pad, args.conf, args.iou)
+    meta, width, height = pipeline.metadata, pipeline.input_width, pipeline.input_height
     image, image_source = load_image(args.image)
+    _check_outputs(args.json, args.plot)
     setup = _setup(the_plan, args, settings, rknnlite)
     warmup = _positive(args.warmup, setup.defaults[0], "--warmup", minimum=0)
     iterations = _positive(args.iterations, setup.defaults[1], "-n")
@@ -277,7 +268,7 @@ def execute(
     bar = _ProgressBar(enabled=long_run and not args.no_progress, stream=sys.stderr)
     with bar.shown():
         results = _bench.run_cases(
-            setup.cases, setup.open_case, image, make_pipeline, warmup, iterations, bar
+            setup.cases, setup.open_case, image, pipeline.stages, warmup, iterations, bar
         )
 
     title = f"{setup.label} - {the_plan.model.name} - p50/p90/p99 per stage, warm-up excluded"
@@ -310,9 +301,9 @@ def execute(
             "settings": {
                 "warmup": warmup,
                 "iterations": iterations,
-                "conf_threshold": conf,
-                "iou_threshold": iou,
-                "pad_value": pad,
+                "conf_threshold": pipeline.conf_threshold,
+                "iou_threshold": pipeline.iou_threshold,
+                "pad_value": pipeline.pad_value,
                 "input_width": width,
                 "input_height": height,
                 "clock": "time.perf_counter_ns",
@@ -339,6 +330,19 @@ def _heading(setup: _Setup, npu: dict[str, Any] | None, versions: dict[str, Any]
         f"  driver {npu['driver_version'] or 'unknown'}, librknnrt {library.get('version') or 'not found'}, "
         f"rknn-toolkit-lite2 {versions.get('rknn_toolkit_lite2') or 'not installed'}"
     )
+
+
+def _check_outputs(json_path: str | None, plot_path: str | None) -> None:
+    """Refuse unwritable report paths up front, not after minutes of benchmarking."""
+    for flag, path in (("--json", json_path), ("--plot", plot_path)):
+        if path is not None and not Path(path).resolve().parent.is_dir():
+            raise UsageError(
+                f"{flag} {path}: folder {Path(path).parent} does not exist",
+                "pass a path in an existing folder",
+            )
+    if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(f"--plot {plot_path} needs matplotlib, which is not installed",
+                         "pip install 'rknnlaunch[bench]', or drop --plot")
 
 
 def _write(path: str, writer: Callable[[str], object]) -> None:

@@ -6,17 +6,14 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
 from typing import Any, TextIO
 
-import numpy as np
-
-from ._errors import UsageError
 from ._rknnlite import RknnLiteFactory
 from ._runtime import BACKENDS, open_plan, plan
 from ._settings import NpuSettings, load_settings
-from .yolo import COCO_NAMES, Letterboxer, YoloDecoder, detect_layout
-from .yolo._model import class_names, input_size, model_metadata, pad_for, resolve_model
+from .yolo import COCO_NAMES, class_count, class_name, draw_detections, read_image
+from .yolo._image import check_image_writable, write_image
+from .yolo._model import ModelPipeline, class_names, resolve_model
 
 
 def add_parser(sub: Any) -> None:
@@ -40,13 +37,6 @@ def run(args: argparse.Namespace) -> int:
     return execute(args, load_settings())
 
 
-def _class_count(outputs: Sequence[np.ndarray]) -> int:
-    layout = detect_layout([tuple(o.shape) for o in outputs])
-    if layout == "ultralytics":
-        return int(min(outputs[0].shape[-2:]) - 4)
-    return int(outputs[1].shape[1])
-
-
 def execute(
     args: argparse.Namespace,
     settings: NpuSettings,
@@ -54,32 +44,25 @@ def execute(
     stream: TextIO | None = None,
 ) -> int:
     """The detect command with its dependencies passed in (tests inject settings and a fake RKNNLite)."""
-    from .yolo._draw import class_name, draw_detections
-    from .yolo._letterbox import _cv2
-
     out = stream if stream is not None else sys.stdout
-    cv2 = _cv2()
-    image = cv2.imread(args.image, cv2.IMREAD_COLOR)
-    if image is None:
-        raise UsageError(f"cannot read image {args.image}", "pass a JPEG/PNG file OpenCV can decode")
+    image = read_image(args.image)
+    if args.out:
+        check_image_writable(args.out)
     model = resolve_model(args.model)
     the_plan = plan(model, None, args.backend, settings, split=True)
     # One context is enough for one image: the first runnable group of the allocation.
     the_plan = dataclasses.replace(the_plan, groups=the_plan.groups[:1])
-    meta = model_metadata(the_plan.model)
-    width, height = input_size(meta)
-    pad = args.pad if args.pad is not None else pad_for(the_plan.model)
-    boxer = Letterboxer((width, height), pad_value=pad)
-    decoder = YoloDecoder(args.conf, args.iou)
+    pipeline = ModelPipeline.for_model(the_plan.model, args.pad, args.conf, args.iou)
+    boxer, decoder = pipeline.stages()
     runtime = open_plan(the_plan, settings, rknnlite)[0]
     try:
-        tensor, info = boxer(np.asarray(image, np.uint8))
+        tensor, info = boxer(image)
         outputs = runtime.infer(tensor)
     finally:
         runtime.close()
     found = decoder(outputs, info)
-    names = class_names(meta)
-    if names is None and _class_count(outputs) == len(COCO_NAMES):
+    names = class_names(pipeline.metadata)
+    if names is None and class_count([tuple(o.shape) for o in outputs]) == len(COCO_NAMES):
         names = list(COCO_NAMES)
     rows: list[dict[str, Any]] = [
         {
@@ -99,13 +82,7 @@ def execute(
             box = ", ".join(f"{v:.0f}" for v in row["box"])
             print(f"  {row['name']:<16} {row['score']:.2f}  [{box}]", file=out)
     if args.out:
-        drawn = draw_detections(np.asarray(image, np.uint8), found, names)
-        try:
-            written = bool(cv2.imwrite(args.out, drawn))
-        except cv2.error as exc:
-            raise UsageError(f"cannot write {args.out}: {exc}", "use a .jpg or .png name") from None
-        if not written:
-            raise UsageError(f"cannot write {args.out}", "use a .jpg or .png path in a writable folder")
+        write_image(args.out, draw_detections(image, found, names))
         if not args.json:
             print(f"wrote {args.out}", file=out)
     return 0

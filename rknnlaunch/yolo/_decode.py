@@ -52,6 +52,13 @@ def detect_layout(shapes: Sequence[tuple[int, ...]]) -> Layout:
     )
 
 
+def class_count(shapes: Sequence[tuple[int, ...]]) -> int:
+    """How many classes a YOLOv8 model predicts, from its output shapes (`UsageError` if not YOLOv8)."""
+    if detect_layout(shapes) == "ultralytics":  # [1, 4 + nc, N] or [1, N, 4 + nc]
+        return int(min(shapes[0][-2:]) - 4)
+    return int(shapes[1][1])  # rknn_model_zoo: class scores [1, nc, H, W] follow each box head
+
+
 @dataclass(frozen=True)
 class _Candidates:
     boxes: FloatArray  # K x 4 xyxy, input pixels

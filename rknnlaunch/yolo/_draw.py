@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from ._letterbox import _cv2
+from ._image import opencv
 from ._types import Detections
 
 COCO_NAMES: tuple[str, ...] = (
@@ -45,7 +45,7 @@ def draw_detections(
     image: npt.NDArray[np.uint8], detections: Detections, names: Sequence[str] | None = None
 ) -> npt.NDArray[np.uint8]:
     """A copy of the BGR ``image`` with each detection's box and "name score" label drawn."""
-    cv2 = _cv2()
+    cv2 = opencv()
     canvas = np.ascontiguousarray(image).copy()
     thickness = max(1, round(min(canvas.shape[:2]) / 400))
     for box, score, class_id in zip(detections.boxes, detections.scores, detections.class_ids, strict=True):

@@ -8,23 +8,13 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import UsageError
+from ._image import opencv
 from ._types import LetterboxInfo
 
 PAD_RKNN_MODEL_ZOO = 0
 """rknn_model_zoo's YOLOv8 demos pad with black."""
 PAD_ULTRALYTICS = 114
 """Ultralytics pads with grey (114, 114, 114)."""
-
-
-def _cv2() -> Any:
-    try:
-        import cv2
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise UsageError(
-            "OpenCV is needed to resize images and is not installed",
-            "pip install 'rknnlaunch[vision]'  (opencv-python-headless)",
-        ) from exc
-    return cv2
 
 
 def _size_pair(size: int | tuple[int, int]) -> tuple[int, int]:
@@ -80,7 +70,7 @@ class Letterboxer:
 
     def __call__(self, image: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.uint8], LetterboxInfo]:
         """Letterbox ``image`` (H x W x 3 BGR uint8; H x W grey is accepted) into the buffer."""
-        cv2 = _cv2()
+        cv2 = opencv()
         image = _as_bgr(image, cv2)
         height, width = image.shape[:2]
         info = geometry(width, height, self.input_width, self.input_height)

