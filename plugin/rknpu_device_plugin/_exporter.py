@@ -18,10 +18,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from rknnlaunch import RknnLaunchError, UsageError, __version__
+from rknnlaunch import RknnLaunchError, __version__
 from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec, discover, soc_by_name
 
 from ._devices import DEFAULT_RESOURCE_NAME
@@ -35,6 +35,7 @@ from ._nfd import (
     write_textfile,
 )
 from ._podresources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesClient
+from ._settings import LOG_LEVELS, SettingsParser, add_setting_flags, check_soc_name, settings_from_flags
 
 ENV_PREFIX = "RKNPU_EXPORTER_"
 PROG = "rknpu-exporter"
@@ -85,9 +86,7 @@ class ExporterSettings(BaseSettings):
     @field_validator("soc")
     @classmethod
     def _known_soc(cls, value: str | None) -> str | None:
-        if value is not None and soc_by_name(value) is None:
-            raise ValueError(f"unknown SoC {value!r}; use rk3588, rk3576, rk3568, rk3566 or rk3562")
-        return value
+        return check_soc_name(value)
 
     @model_validator(mode="after")
     def _has_output(self) -> ExporterSettings:
@@ -109,49 +108,22 @@ class ExporterSettings(BaseSettings):
         return max(self.interval * _EXPIRY_INTERVALS, _MIN_EXPIRY_SECONDS)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so main() owns every exit code."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}", f"see `{self.prog} --help`")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """One flag per settings field; unset flags fall back to RKNPU_EXPORTER_* and then defaults."""
-    parser = _Parser(
+    parser = SettingsParser(
         prog=PROG,
         description=__doc__,
         argument_default=argparse.SUPPRESS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    for name, field in ExporterSettings.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        help_text = f"{field.description} (default: {field.default}; env {ENV_PREFIX}{name.upper()})"
-        if field.annotation is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
-        elif name == "log_level":
-            parser.add_argument(flag, choices=["debug", "info", "warning", "error"], help=help_text)
-        else:
-            parser.add_argument(flag, metavar=name.upper(), help=help_text)
+    add_setting_flags(parser, ExporterSettings, ENV_PREFIX, choices={"log_level": LOG_LEVELS})
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     return parser
 
 
 def parse_settings(argv: Sequence[str]) -> ExporterSettings:
     """Flags override the environment; raises UsageError naming what is wrong."""
-    args = build_parser().parse_args(list(argv))
-    given = {key: value for key, value in vars(args).items() if key in ExporterSettings.model_fields}
-    try:
-        return ExporterSettings(**given)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
-            for error in exc.errors()
-        )
-        raise UsageError(
-            f"invalid {PROG} settings: {problems}",
-            f"fix the flag or its {ENV_PREFIX}* environment variable (see {PROG} --help)",
-        ) from None
+    return settings_from_flags(ExporterSettings, build_parser().parse_args(list(argv)), ENV_PREFIX, PROG)
 
 
 class Discovery:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn, TypeVar
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rknnlaunch import UsageError
-from rknnlaunch.npu import soc_by_name
+from rknnlaunch.npu import SOCS, soc_by_name
 
 from ._devices import DEFAULT_RESOURCE_NAME
 from ._podresources import DEFAULT_POD_RESOURCES_SOCKET
@@ -20,6 +20,7 @@ from ._podresources import DEFAULT_POD_RESOURCES_SOCKET
 ENV_PREFIX = "RKNPU_PLUGIN_"
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 # Kubernetes extended resource names: <DNS subdomain>/<name>; "{soc}" is filled in from discovery.
+_S = TypeVar("_S", bound=BaseSettings)
 _RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
@@ -86,9 +87,7 @@ class PluginSettings(BaseSettings):
     @field_validator("soc")
     @classmethod
     def _check_soc(cls, value: str | None) -> str | None:
-        if value is not None and soc_by_name(value) is None:
-            raise ValueError(f"unknown SoC {value!r}; use rk3588, rk3576, rk3568, rk3566 or rk3562")
-        return value
+        return check_soc_name(value)
 
     @field_validator("socket_name")
     @classmethod
@@ -112,60 +111,87 @@ class PluginSettings(BaseSettings):
         return re.sub(r"[^A-Za-z0-9_.-]", "-", self.resolved_resource_name(soc_name)) + ".sock"
 
 
+def check_soc_name(value: str | None) -> str | None:
+    """A ``--soc`` validator (plugin and exporter): the names come from the shared SoC table."""
+    if value is not None and soc_by_name(value) is None:
+        raise ValueError(f"unknown SoC {value!r}; use {', '.join(soc.name for soc in SOCS)}")
+    return value
+
+
+LOG_LEVELS = ["debug", "info", "warning", "error"]
 _FLAG_TYPES: dict[str, Any] = {"replicas": int, "health_interval": float}
 _FLAG_CHOICES: dict[str, list[str]] = {
     "mode": ["core", "shared"],
     "log_format": ["text", "json"],
-    "log_level": ["debug", "info", "warning", "error"],
+    "log_level": LOG_LEVELS,
 }
+
+
+class SettingsParser(argparse.ArgumentParser):
+    """argparse that raises `UsageError` instead of exiting, so main() owns every exit code."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, f"see `{self.prog} --help`")
+
+
+def add_setting_flags(
+    parser: argparse.ArgumentParser,
+    model: type[BaseSettings],
+    env_prefix: str,
+    types: Mapping[str, Any] = {},
+    choices: Mapping[str, list[str]] = {},
+) -> None:
+    """One ``--flag`` per settings field (booleans get ``--no-flag``), its help naming the env twin."""
+    for name, field in model.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{field.description} (default: {field.default}; env {env_prefix}{name.upper()})"
+        if field.annotation is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
+        elif name in choices:
+            parser.add_argument(flag, choices=choices[name], type=str.lower, help=help_text)
+        else:
+            parser.add_argument(flag, metavar=name.upper(), type=types.get(name, str), help=help_text)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Flags mirror the settings fields; unset flags fall back to RKNPU_PLUGIN_* and then defaults."""
-    parser = argparse.ArgumentParser(
+    parser = SettingsParser(
         prog="rknpu-device-plugin",
         description="Kubernetes device plugin offering Rockchip NPU cores as an extended resource "
         "(default rockchip.com/npu). Every flag can also be set as RKNPU_PLUGIN_<FLAG> (upper case, "
         "dashes as underscores); flags win.",
         argument_default=argparse.SUPPRESS,
     )
-    for name, field in PluginSettings.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        help_text = f"{field.description} (default: {field.default}; env {ENV_PREFIX}{name.upper()})"
-        if field.annotation is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
-            continue
-        kwargs: dict[str, Any] = {"help": help_text}
-        if name in _FLAG_CHOICES:
-            kwargs["choices"] = _FLAG_CHOICES[name]
-            kwargs["type"] = str.lower
-        else:
-            kwargs["metavar"] = name.upper()
-            kwargs["type"] = _FLAG_TYPES.get(name, str)
-        parser.add_argument(flag, **kwargs)
+    add_setting_flags(parser, PluginSettings, ENV_PREFIX, _FLAG_TYPES, _FLAG_CHOICES)
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     return parser
 
 
 def settings_from(args: argparse.Namespace) -> PluginSettings:
     """Flags given on the command line override the environment; raises UsageError when invalid."""
-    given = {key: value for key, value in vars(args).items() if key in PluginSettings.model_fields}
+    return settings_from_flags(PluginSettings, args, ENV_PREFIX, "rknpu-device-plugin")
+
+
+def settings_from_flags(model: type[_S], args: argparse.Namespace, env_prefix: str, prog: str) -> _S:
+    """``model`` built from the flags given (the environment fills the rest); UsageError naming the
+    flag and its environment variable when a value is invalid."""
+    given = {key: value for key, value in vars(args).items() if key in model.model_fields}
     try:
-        return PluginSettings(**given)
+        return model(**given)
     except ValidationError as exc:
-        problems = "; ".join(_describe(error["loc"], error["msg"]) for error in exc.errors())
+        problems = "; ".join(_describe(error["loc"], error["msg"], env_prefix) for error in exc.errors())
         raise UsageError(
-            f"invalid plugin settings: {problems}",
-            f"fix the flag or its {ENV_PREFIX}* environment variable (see rknpu-device-plugin --help)",
+            f"invalid {prog} settings: {problems}",
+            f"fix the flag or its {env_prefix}* environment variable (see {prog} --help)",
         ) from None
 
 
-def _describe(loc: tuple[int | str, ...], message: str) -> str:
+def _describe(loc: tuple[int | str, ...], message: str, env_prefix: str) -> str:
     message = message.removeprefix("Value error, ")
     if not loc:
         return message
     name = str(loc[0])
-    return f"--{name.replace('_', '-')} (env {ENV_PREFIX}{name.upper()}): {message}"
+    return f"--{name.replace('_', '-')} (env {env_prefix}{name.upper()}): {message}"
 
 
 def parse_settings(argv: Sequence[str]) -> PluginSettings:
