@@ -36,8 +36,8 @@ from rknnlaunch.yolo import (
     Letterboxer,
     LetterboxInfo,
     YoloDecoder,
-    detect_layout,
 )
+from rknnlaunch.yolo import class_count as yolo_class_count
 
 log = logging.getLogger("detect")
 
@@ -271,12 +271,9 @@ def load_labels(spec: str) -> tuple[str, ...] | None:
 def class_count(shapes: Sequence[tuple[int, ...]]) -> int | None:
     """How many classes a YOLOv8 model predicts, from its output shapes (None if not YOLOv8)."""
     try:
-        layout = detect_layout(shapes)
+        return yolo_class_count(shapes)
     except rknnlaunch.RknnLaunchError:
         return None
-    if layout == "ultralytics":  # [1, 4+nc, anchors]
-        return min(shapes[0][-2:]) - 4
-    return shapes[1][1]  # rknn_model_zoo: scores [1, nc, H, W] follow each box head
 
 
 def fit_labels(
