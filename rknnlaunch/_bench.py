@@ -93,6 +93,14 @@ class CaseResult:
         """Frames per second over the timed wall-clock span (pools overlap frames)."""
         return self.iterations / (self.wall_ns / 1e9) if self.wall_ns > 0 else 0.0
 
+    def record(self, pre_ns: int, infer_ns: int, post_ns: int, detections: int) -> None:
+        """Add one timed (not warm-up) frame."""
+        self.pre_ns.append(pre_ns)
+        self.infer_ns.append(infer_ns)
+        self.post_ns.append(post_ns)
+        self.total_ns.append(pre_ns + infer_ns + post_ns)
+        self.detections = detections
+
     def stage(self, name: str) -> list[int]:
         values: list[int] = getattr(self, f"{name}_ns")
         return values
@@ -157,11 +165,7 @@ def run_single(
             if index < warmup:
                 result.warmup_ns.append(pre + infer + post)
             else:
-                result.pre_ns.append(pre)
-                result.infer_ns.append(infer)
-                result.post_ns.append(post)
-                result.total_ns.append(pre + infer + post)
-                result.detections = found
+                result.record(pre, infer, post, found)
             if progress is not None:
                 progress(case.name, index + 1, total)
         result.wall_ns = time.perf_counter_ns() - span_start if iterations else 0
@@ -235,11 +239,7 @@ def run_pool(
                         counter["next"] += 1
                     pre, infer, post, found = _one_frame(pooled_infer, image, boxer, decoder)
                     with lock:
-                        result.pre_ns.append(pre)
-                        result.infer_ns.append(infer)
-                        result.post_ns.append(post)
-                        result.total_ns.append(pre + infer + post)
-                        result.detections = found
+                        result.record(pre, infer, post, found)
                     tick()
             except threading.BrokenBarrierError:
                 return
