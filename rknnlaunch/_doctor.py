@@ -19,12 +19,11 @@ from typing import Any, Literal
 from ._errors import DiscoveryError, ModelError, SettingsError, UnsupportedDriverError
 from ._librknnrt import LIBRKNNRT_PATH, Librknnrt, find_librknnrt, misplaced_copies
 from ._rknnfile import RknnModelInfo, read_rknn, release_tuple
-from ._settings import Allocation, NpuSettings, resolve_allocation
+from ._settings import Allocation, NpuSettings, discover_npu, resolve_allocation
 from .npu import (
     COMPATIBLE_PATH,
     HostRoot,
     NpuInfo,
-    discover,
     format_cores,
     mask_name,
     models_compatible,
@@ -96,9 +95,8 @@ def check_settings(settings_error: SettingsError | None) -> CheckResult:
 
 
 def check_npu(settings: NpuSettings, host: HostRoot, found: Findings) -> CheckResult:
-    extra = (settings.compatible_file,) if settings.compatible_file else ()
     try:
-        info = discover(host, soc_hint=settings.soc_spec, extra_compatible_paths=extra)
+        info = discover_npu(settings, host)
     except UnsupportedDriverError as exc:
         return CheckResult(
             "npu",

@@ -32,11 +32,17 @@ from ._errors import (
 )
 from ._rknnfile import read_rknn
 from ._rknnlite import RknnLiteFactory, RknnLiteLike, capture_runtime_log, load_rknnlite
-from ._settings import Allocation, NpuSettings, load_settings, select_cores
+from ._settings import (
+    Allocation,
+    NpuSettings,
+    discover_npu,
+    load_settings,
+    resolve_allocation,
+    select_cores,
+)
 from .npu import (
     HostRoot,
     NpuInfo,
-    discover,
     format_cores,
     mask_name,
     models_compatible,
@@ -80,11 +86,8 @@ class NpuTarget:
 
 def find_npu(settings: NpuSettings) -> NpuTarget:
     """Discover the NPU (device tree via the plugin's replacement file too) and check the allocation."""
-    from ._settings import resolve_allocation
-
     host = HostRoot(settings.root)
-    extra = (settings.compatible_file,) if settings.compatible_file else ()
-    info = discover(host, soc_hint=settings.soc_spec, extra_compatible_paths=extra)
+    info = discover_npu(settings, host)
     return NpuTarget(host, info, resolve_allocation(settings, info))
 
 

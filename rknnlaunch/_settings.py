@@ -18,14 +18,16 @@ from ._errors import MaskError, RknnLaunchError, SettingsError
 from .npu import (
     ALL,
     AUTO,
+    SOCS,
+    HostRoot,
     NpuInfo,
     SocSpec,
     cores_to_mask,
+    discover,
     format_cores,
     mask_name,
     mask_to_cores,
     parse_mask,
-    rknnlite_mask,
     soc_by_name,
 )
 
@@ -45,7 +47,7 @@ PLUGIN_VARIABLES = ("RKNN_NPU_CORE_MASK", "RKNN_NPU_CORES", "RKNN_NPU_SOC", "RKN
 _FIXES: dict[str, str] = {
     "RKNN_NPU_CORE_MASK": 'write a mask such as "3", "0x3" or "NPU_CORE_0_1", or unset it to use every core',
     "RKNN_NPU_CORES": 'write core numbers separated by commas, e.g. "0,1", or unset it',
-    "RKNN_NPU_SOC": "write one of rk3588, rk3576, rk3568, rk3566, rk3562, or unset it",
+    "RKNN_NPU_SOC": f"write one of {', '.join(soc.name for soc in SOCS)}, or unset it",
     "RKNNLAUNCH_LOG_LEVEL": "write one of debug, info, warning, error",
 }
 
@@ -196,6 +198,13 @@ class Allocation:
         return f"cores {cores} (mask {self.mask}, {mask_name(self.mask)}) of {self.soc.name}"
 
 
+def discover_npu(settings: NpuSettings, host: HostRoot) -> NpuInfo:
+    """Discover the NPU under ``host`` with the settings' hints: RKNN_NPU_SOC when the device tree
+    is masked, and the plugin's RKNN_NPU_COMPATIBLE_FILE as a second place to read it."""
+    extra = (settings.compatible_file,) if settings.compatible_file else ()
+    return discover(host, soc_hint=settings.soc_spec, extra_compatible_paths=extra)
+
+
 def resolve_allocation(settings: NpuSettings, info: NpuInfo) -> Allocation:
     """Cross-check the injected env against the discovered NPU and name the usable cores.
 
@@ -305,8 +314,3 @@ def normalised_env(settings: NpuSettings, allocation: Allocation, info: NpuInfo)
     if settings.compatible_file:
         env["RKNN_NPU_COMPATIBLE_FILE"] = settings.compatible_file
     return env
-
-
-def rknnlite_mask_for(allocation: Allocation, cores: frozenset[int]) -> int:
-    """The core_mask for one context on ``cores`` (0 on single-core SoCs); raises MaskError for {0,2}."""
-    return rknnlite_mask(allocation.soc, cores, allocation.core_count)
