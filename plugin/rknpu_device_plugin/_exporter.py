@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from rknnlaunch import RknnLaunchError, __version__
+from rknnlaunch import DiscoveryError, RknnLaunchError, UnknownSocError, __version__
 from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec, discover, soc_by_name
 
 from ._devices import DEFAULT_RESOURCE_NAME
@@ -138,11 +138,21 @@ class Discovery:
         self._said_error: str | None = None
 
     def refresh(self) -> NpuInfo | None:
+        error: RknnLaunchError | None = None
         try:
             info: NpuInfo | None = discover(self.host, soc_hint=self.soc_hint)
-            error = None
+        except UnknownSocError as exc:
+            # The shared fix names the SDK's RKNN_NPU_SOC; here the knob is --soc.
+            info = None
+            error = UnknownSocError(exc.problem, f"pass --soc (env {ENV_PREFIX}SOC), e.g. --soc rk3588")
         except RknnLaunchError as exc:
             info, error = None, exc
+        except OSError as exc:  # a racing driver unload can break a read mid-discovery
+            info = None
+            error = DiscoveryError(
+                f"cannot read the host under {self.host.root}: {exc}",
+                "retrying; check the --host-root mounts if this persists",
+            )
         with self._lock:
             before, self._info, self._error = self._info, info, error
         # Say what changed, not the same thing every interval.

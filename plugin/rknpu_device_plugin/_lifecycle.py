@@ -109,7 +109,10 @@ class PluginServer:
         )
         pb_grpc.add_DevicePluginServicer_to_server(self._service, server)
         if server.add_insecure_port(f"unix://{self.socket_path}") == 0:
-            raise OSError(f"cannot listen on {self.socket_path}")
+            raise OSError(
+                f"cannot listen on {self.socket_path}: the folder must exist and be writable here "
+                "(DaemonSet: mount kubelet's device-plugins folder read-write; systemd: ReadWritePaths)"
+            )
         server.start()
         self._server = server
         self._socket_id = file_id(self.socket_path)

@@ -100,10 +100,15 @@ class PodResourcesClient:
             except OSError as exc:
                 self._drop_channel()
                 raise PodResourcesError(
-                    f"kubelet's pod-resources socket {self.socket_path} is not there ({exc.strerror})"
+                    f"kubelet's pod-resources socket {self.socket_path} is not there ({exc.strerror}); "
+                    f"mount /var/lib/kubelet/pod-resources into this container, or set "
+                    f"--pod-resources-socket '' to turn pod attribution off"
                 ) from exc
             if not is_socket:
-                raise PodResourcesError(f"{self.socket_path} is not a unix socket")
+                raise PodResourcesError(
+                    f"{self.socket_path} is not a unix socket; point --pod-resources-socket at kubelet's "
+                    f"(default {DEFAULT_POD_RESOURCES_SOCKET})"
+                )
             stub = self._connect()
             try:
                 response = stub.List(api_pb2.ListPodResourcesRequest(), timeout=self.timeout)

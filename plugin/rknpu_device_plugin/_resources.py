@@ -136,8 +136,8 @@ class ResourceManager:
             error = f"device node(s) missing: {', '.join(missing)}" if missing else None
             compatible = self._find_compatible()
         except UnknownSocError as exc:
-            # The SDK-facing fix names RKNN_NPU_SOC; on the plugin the knob is --soc.
-            info, error = None, f"{exc} (device plugin: pass --soc or RKNPU_PLUGIN_SOC)"
+            # The shared fix names the SDK's RKNN_NPU_SOC; on the plugin the knob is --soc.
+            info, error = None, f"{exc.problem}\n  fix: pass --soc (env RKNPU_PLUGIN_SOC), e.g. --soc rk3588"
         except DiscoveryError as exc:
             info, error = None, str(exc)
         except OSError as exc:  # a racing driver unload can break a read mid-discovery

@@ -91,6 +91,19 @@ def test_once_without_npu_fails_and_drops_the_labels(
     assert "no Rockchip NPU found" in err and "fix:" in err
 
 
+def test_unknown_soc_names_the_exporters_soc_flag(
+    host_factory: Callable[[str], HostRoot], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fakehost import device_tree
+
+    host = host_factory("rk3588-drm")
+    device_tree(host.root, b"acme,board\0acme,soc9\0")
+    assert main(["--once", "--host-root", str(host.root), "--textfile-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    # The shared model's fix names the SDK's RKNN_NPU_SOC; the exporter's knob is --soc.
+    assert "acme,soc9" in err and "RKNPU_EXPORTER_SOC" in err and "RKNN_NPU_SOC" not in err
+
+
 def test_periodic_labels_expire(host_factory: Callable[[str], HostRoot], tmp_path: Path) -> None:
     host = host_factory("rk3576")
     now = datetime(2026, 11, 30, 2, 0, tzinfo=timezone.utc)
