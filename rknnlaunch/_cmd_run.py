@@ -41,7 +41,9 @@ def child_environment(settings: NpuSettings, base: dict[str, str]) -> tuple[dict
     description: str | None = None
     try:
         target = find_npu(settings)
-    except RknnLaunchError:  # only reachable with --no-check: start anyway, env as given
+    except RknnLaunchError as exc:  # only reachable with --no-check: start anyway, env as given
+        if settings.injected or settings.soc or settings.device:
+            print(f"rknnlaunch: warning: RKNN_NPU_* passed on unchecked: {exc.problem}", file=sys.stderr)
         target = None
     if target is not None:
         env.update(normalised_env(settings, target.allocation, target.info))

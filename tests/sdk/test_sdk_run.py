@@ -138,6 +138,17 @@ def test_settings_errors_are_usage_errors(ready_host: tuple[HostRoot, Path]) -> 
     assert code == 2 and "RKNN_NPU_CORE_MASK='nope'" in err and "Traceback" not in err
 
 
+def test_no_check_starts_anyway_but_says_what_it_could_not_normalise(
+    ready_host: tuple[HostRoot, Path],
+) -> None:
+    host, _ = ready_host
+    probe = "import os; print(os.environ['RKNN_NPU_CORE_MASK'])"
+    env = base_env(host.root, RKNN_NPU_CORE_MASK="0")  # AUTO on a 3-core NPU: refused by the checks
+    code, out, err = run(["--no-check", "--", sys.executable, "-c", probe], env)
+    assert code == 0 and out.strip() == "0"
+    assert "warning: RKNN_NPU_* passed on unchecked: RKNN_NPU_CORE_MASK=0 (NPU_CORE_AUTO)" in err
+
+
 def test_missing_command_and_not_found() -> None:
     assert run(["--no-check"], base_env())[0] == 2
     code, _, err = run(["--no-check", "--", "rknnlaunch-no-such-command"], base_env())
