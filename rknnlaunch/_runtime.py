@@ -247,6 +247,15 @@ def onnx_for(model: Path) -> Path:
     """The ONNX model for the CPU backend: ``model`` itself, or the .onnx next to an .rknn file."""
     if model.suffix.lower() == ".onnx":
         return model
+    if not model.is_file():
+        raise ModelError(
+            f"model file {model} does not exist", "pass the path of an existing .rknn or .onnx file"
+        )
+    if model.suffix.lower() != ".rknn":
+        raise ModelError(
+            f"{model} is neither an .rknn nor an .onnx model (by its name)",
+            "pass the .rknn export (NPU) or the .onnx model (CPU backend)",
+        )
     sibling = model.with_suffix(".onnx")
     if sibling.is_file():
         return sibling

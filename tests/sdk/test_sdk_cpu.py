@@ -109,6 +109,12 @@ def test_cpu_backend_refuses_non_onnx_files(tmp_path: Path) -> None:
         rknnlaunch.open(write_rknn(tmp_path / "m.rknn"), backend="cpu", settings=load_settings({}))
     with pytest.raises(ModelError, match="does not exist"):
         rknnlaunch.open(tmp_path / "missing.onnx", backend="cpu", settings=load_settings({}))
+    # Not "no missing.onnx next to it": the file named is what is wrong.
+    with pytest.raises(ModelError, match=r"model file .*missing\.rknn does not exist"):
+        rknnlaunch.open(tmp_path / "missing.rknn", backend="cpu", settings=load_settings({}))
+    (tmp_path / "weights.pt").write_bytes(b"PK\x03\x04")
+    with pytest.raises(ModelError, match=r"neither an \.rknn nor an \.onnx model"):
+        rknnlaunch.open(tmp_path / "weights.pt", backend="cpu", settings=load_settings({}))
 
 
 def test_runtime_api_loads_no_backend_until_used() -> None:
