@@ -96,17 +96,14 @@ def run(settings: PluginSettings) -> int:
     if resources.info is None and settings.fail_on_init_error:
         return 1
     if metrics_module is not None:
-        info = resources.info
-        # Pod attribution filters by resource name: resolve "{soc}" when the SoC is known now.
-        soc_name = info.soc.name if info is not None else settings.soc
-        resource_name = settings.resolved_resource_name(soc_name) if soc_name else settings.resource_name
+        # Pod attribution matches a "{soc}" resource name template itself (any SoC's name).
         stop_metrics: Callable[[], None] = metrics_module.start_metrics_server(
             settings.metrics_address,
             events,
             host,
             lambda: resources.info,
             settings.pod_resources_socket,
-            resource_name,
+            settings.resource_name,
         )
         stoppers.append(stop_metrics)
 
