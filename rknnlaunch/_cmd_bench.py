@@ -213,14 +213,15 @@ class _Setup:
 def _setup(
     the_plan: Plan, args: argparse.Namespace, settings: NpuSettings, rknnlite: RknnLiteFactory | None
 ) -> _Setup:
+    def open_case(cores: frozenset[int] | None) -> _bench.BenchRuntime:
+        # The plan already discovered the NPU and checked the model: open just this core set.
+        case_plan = the_plan if cores is None else dataclasses.replace(the_plan, groups=(cores,))
+        return open_plan(case_plan, settings, rknnlite)[0]
+
     target = the_plan.target
     if the_plan.backend == "cpu" or target is None:
-
-        def open_cpu(_cores: frozenset[int] | None) -> _bench.BenchRuntime:
-            return open_plan(the_plan, settings, None)[0]
-
         label = f"CPU (onnxruntime): {the_plan.cpu_reason}"
-        return _Setup([_bench.single_case(None)], open_cpu, frozenset(), CPU_DEFAULTS, label)
+        return _Setup([_bench.single_case(None)], open_case, frozenset(), CPU_DEFAULTS, label)
     allocation = target.allocation
     cases = [
         _bench.single_case(core_set)
@@ -229,13 +230,7 @@ def _setup(
     if len(allocation.cores) > 1 and not args.no_pool:
         threads = _positive(args.threads, len(allocation.cores), "--threads")
         cases.append(_bench.pool_case(allocation.cores, threads))
-
-    def open_npu(cores: frozenset[int] | None) -> _bench.BenchRuntime:
-        # The plan already discovered the NPU and checked the model: open just this core set.
-        group = allocation.cores if cores is None else cores
-        return open_plan(dataclasses.replace(the_plan, groups=(group,)), settings, rknnlite)[0]
-
-    return _Setup(cases, open_npu, allocation.cores, NPU_DEFAULTS, f"NPU {target.info.soc.name}")
+    return _Setup(cases, open_case, allocation.cores, NPU_DEFAULTS, f"NPU {target.info.soc.name}")
 
 
 def execute(
