@@ -553,25 +553,6 @@ class MetricsServer:
         self.stop()
 
 
-def serve_npu_metrics(
-    address: str,
-    host: HostRoot,
-    current_info: Callable[[], NpuInfo | None],
-    pod_resources_socket: str | None,
-    resource_name: str,
-    *extra_collectors: Any,
-) -> MetricsServer:
-    """Serve the NPU collector (plus ``extra_collectors``) on ``address``; the exporter's entry too."""
-    client = PodResourcesClient(pod_resources_socket, resource_name) if pod_resources_socket else None
-    registry = build_registry(NpuCollector(host, current_info, client), *extra_collectors)
-    try:
-        return MetricsServer(address, registry, on_stop=[client.close] if client is not None else [])
-    except BaseException:
-        if client is not None:
-            client.close()
-        raise
-
-
 def start_metrics_server(
     address: str,
     metrics: PluginMetrics,
@@ -586,9 +567,14 @@ def start_metrics_server(
     An empty ``pod_resources_socket`` turns pod attribution off. Raises `UsageError` when the
     address is malformed or cannot be bound.
     """
-    return serve_npu_metrics(
-        address, host, current_info, pod_resources_socket or None, resource_name, metrics
-    )
+    client = PodResourcesClient(pod_resources_socket, resource_name) if pod_resources_socket else None
+    registry = build_registry(NpuCollector(host, current_info, client), metrics)
+    try:
+        return MetricsServer(address, registry, on_stop=[client.close] if client is not None else [])
+    except BaseException:
+        if client is not None:
+            client.close()
+        raise
 
 
 if TYPE_CHECKING:
