@@ -76,6 +76,29 @@ def test_npu_bench_covers_every_runnable_core_set_and_the_pool(rk3588: tuple[Hos
     assert sum(lite.inferences for lite in FakeRknnLite.instances) == 5 * 7 + 3 * 2 + 5
 
 
+def test_npu_bench_discovers_and_checks_once_for_all_cases(
+    rk3588: tuple[HostRoot, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every case opens from the one plan: no re-discovery or model re-read per core set."""
+    from rknnlaunch import _runtime
+
+    calls = {"find_npu": 0, "read_rknn": 0}
+
+    def counting(name: str, real: Callable[..., object]) -> Callable[..., object]:
+        def wrapper(*args: object, **kwargs: object) -> object:
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(_runtime, "find_npu", counting("find_npu", _runtime.find_npu))
+    monkeypatch.setattr(_runtime, "read_rknn", counting("read_rknn", _runtime.read_rknn))
+    host, model = rk3588
+    code, text = run_npu(host, model, "-n", "1", "--warmup", "0")
+    assert code == 0, text
+    assert calls == {"find_npu": 1, "read_rknn": 1}
+
+
 def test_npu_bench_stays_within_the_pods_allocation(rk3588: tuple[HostRoot, Path], tmp_path: Path) -> None:
     host, model = rk3588
     report = tmp_path / "b.json"
