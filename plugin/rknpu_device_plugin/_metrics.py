@@ -329,9 +329,9 @@ class NpuCollector:
                 log.debug("unparsable load text: %s", exc)
                 return None
             readable[LOAD_FILE] = True
-            # parse_load already clamps to [0, 1]; a garbled line can name cores the SoC does not
-            # have: export only real ones.
-            return load[: info.soc.npu_cores]
+            # parse_load already clamps to [0, 1]; a garbled line can name cores the node does not
+            # have: export only the ones discovery counted (the driver's count on a fused-down part).
+            return load[: info.core_count]
         if denied is not None:
             self._say_once(
                 "load-denied",
