@@ -66,7 +66,7 @@ def _redirected(path: Any) -> Any:
     except TypeError:
         return path
     if name in COMPATIBLE_PATHS or os.path.normpath(name) in COMPATIBLE_PATHS:
-        return target if isinstance(path, str) or not isinstance(path, bytes) else os.fsencode(target)
+        return os.fsencode(target) if isinstance(path, bytes) else target
     return path
 
 
