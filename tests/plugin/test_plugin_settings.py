@@ -43,6 +43,8 @@ def test_per_soc_resource_name() -> None:
         (["--soc", "rk9999"], "unknown SoC"),
         (["--socket-name", "kubelet.sock"], "plain file name"),
         (["--health-interval", "0"], "greater than 0"),
+        (["--health-interval", "soon"], "invalid float value"),  # argparse errors: UsageError too
+        (["--bogus"], "unrecognized arguments"),
     ],
 )
 def test_invalid_settings_raise_usage_error(argv: list[str], message: str) -> None:
