@@ -316,11 +316,16 @@ def check_toolkit(toolkit_version: ToolkitVersion) -> CheckResult:
     )
 
 
-def check_device_tree(settings: NpuSettings, host: HostRoot) -> CheckResult:
+def _compatible_entries(host: HostRoot, path: str) -> tuple[str, ...]:
+    """The device-tree `compatible` strings in ``path`` under ``host`` (empty if unreadable)."""
     try:
-        entries = split_compatible(host.read_bytes(COMPATIBLE_PATH).decode("ascii", "replace"))
+        return split_compatible(host.read_bytes(path).decode("ascii", "replace"))
     except OSError:
-        entries = ()
+        return ()
+
+
+def check_device_tree(settings: NpuSettings, host: HostRoot) -> CheckResult:
+    entries = _compatible_entries(host, COMPATIBLE_PATH)
     if entries:
         return CheckResult(
             "device-tree",
@@ -331,10 +336,7 @@ def check_device_tree(settings: NpuSettings, host: HostRoot) -> CheckResult:
         )
     replacement = settings.compatible_file
     if replacement:
-        try:
-            entries = split_compatible(host.read_bytes(replacement).decode("ascii", "replace"))
-        except OSError:
-            entries = ()
+        entries = _compatible_entries(host, replacement)
         if entries and soc_from_compatible("\0".join(entries)) is not None:
             return CheckResult(
                 "device-tree",
