@@ -90,6 +90,7 @@ class PluginServer:
         self.socket_path = socket_path
         self._service = service
         self._server: grpc.Server | None = None
+        self._executor: futures.ThreadPoolExecutor | None = None
         self._socket_id: FileId | None = None
 
     def start(self) -> None:
@@ -104,9 +105,10 @@ class PluginServer:
                 )
             with contextlib.suppress(FileNotFoundError):
                 self.socket_path.unlink()
-        server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=SERVER_WORKERS, thread_name_prefix="grpc")
-        )
+        # gRPC never shuts down the executor it is given: stop() does, so no generation's
+        # worker threads outlive it.
+        self._executor = futures.ThreadPoolExecutor(max_workers=SERVER_WORKERS, thread_name_prefix="grpc")
+        server = grpc.server(self._executor)
         pb_grpc.add_DevicePluginServicer_to_server(self._service, server)
         if server.add_insecure_port(f"unix://{self.socket_path}") == 0:
             raise OSError(
@@ -125,6 +127,9 @@ class PluginServer:
         if self._server is not None:
             self._server.stop(grace).wait(grace + 0.5)
             self._server = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
         if self.socket_intact():
             with contextlib.suppress(FileNotFoundError):
                 self.socket_path.unlink()
