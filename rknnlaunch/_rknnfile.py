@@ -8,6 +8,7 @@ After the block: a u64 LE length, then that many bytes of JSON. Nothing here nee
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import re
 import struct
@@ -71,7 +72,13 @@ def read_rknn(path: str | os.PathLike[str]) -> RknnModelInfo:
     """Parse ``path``; raises `ModelError` (never a traceback) for missing, truncated or foreign files."""
     file = Path(path)
     try:
-        data = file.read_bytes()
+        with file.open("rb") as handle:
+            # Mapped, not read: only the header and the trailing metadata are touched, so checking a
+            # large model costs neither its size in memory nor a full read.
+            if os.fstat(handle.fileno()).st_size == 0:
+                return parse_rknn(b"", str(file))
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                return parse_rknn(data, str(file))
     except FileNotFoundError:
         raise ModelError(
             f"model file {file} does not exist", "pass the path of an existing .rknn file"
@@ -82,18 +89,17 @@ def read_rknn(path: str | os.PathLike[str]) -> RknnModelInfo:
         raise ModelError(
             f"cannot read {file}: {exc.strerror or exc}", "check the path and its permissions"
         ) from None
-    return parse_rknn(data, str(file))
 
 
-def parse_rknn(data: bytes, name: str = "<bytes>") -> RknnModelInfo:
+def parse_rknn(data: bytes | mmap.mmap, name: str = "<bytes>") -> RknnModelInfo:
     """Parse the bytes of an .rknn file (see `read_rknn`)."""
     rebuild = "copy or download it again; if that does not help, re-export it with rknn-toolkit2"
     if len(data) < OLD_HEADER_SIZE:
         if data[:4] != MAGIC[: len(data[:4])] or not data:
-            raise ModelError(_foreign(name, data), _foreign_fix(data))
+            raise ModelError(_foreign(name, data[:64]), _foreign_fix(data[:64]))
         raise ModelError(f"{name} is truncated: {len(data)} bytes, shorter than an .rknn header", rebuild)
     if data[:4] != MAGIC:
-        raise ModelError(_foreign(name, data), _foreign_fix(data))
+        raise ModelError(_foreign(name, data[:64]), _foreign_fix(data[:64]))
     (format_version,) = struct.unpack_from("<Q", data, 8)
     (block_length,) = struct.unpack_from("<Q", data, 16)
     header = OLD_HEADER_SIZE if format_version <= 1 else HEADER_SIZE
@@ -153,6 +159,7 @@ def parse_rknn(data: bytes, name: str = "<bytes>") -> RknnModelInfo:
 
 
 def _foreign(name: str, data: bytes) -> str:
+    """``data``: the file's first bytes (64 are enough to tell)."""
     kind = _sniff(data)
     what = f"looks like {kind}" if kind else f"starts with {data[:8]!r}"
     return f"{name} is not an .rknn model: it {what} (an .rknn file starts with b'RKNN')"

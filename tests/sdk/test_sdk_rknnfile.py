@@ -106,6 +106,20 @@ def test_model_inspect_on_a_foreign_file_fails_cleanly(
     assert main(["model", "inspect"]) == 2
 
 
+def test_a_large_model_is_not_read_whole(tmp_path: Path) -> None:
+    """Only the header and the trailing metadata are touched: a (sparse) 1 GiB block costs nothing."""
+    small = rknn_bytes(block=b"")
+    header, trailer = small[:64], small[64:]
+    block = 1 << 30
+    model = tmp_path / "big.rknn"
+    with model.open("wb") as handle:
+        handle.write(header[:16] + block.to_bytes(8, "little") + header[24:])
+        handle.seek(64 + block)
+        handle.write(trailer)
+    info = read_rknn(model)
+    assert info.size == 64 + block + len(trailer) and info.target_platforms == ("rk3588",)
+
+
 def test_a_closed_pipe_is_no_traceback(tmp_path: Path) -> None:
     """`rknnlaunch model inspect --json M | head -1`: the reader leaves early; no traceback, exit 141."""
     model = write_rknn(tmp_path / "m.rknn")
