@@ -12,20 +12,11 @@ import os
 import select
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from ._log import get_logger
 
 _log = get_logger("watch")
-
-
-@dataclass(frozen=True)
-class Change:
-    folder: Path
-    name: str
-    gone: bool
-    """True for a delete/move-away, False for a create/move-in/attribute change."""
 
 
 class FolderWatcher:
@@ -78,42 +69,38 @@ class FolderWatcher:
                     continue
                 self._watches[wd] = folder
 
-    def wait(self, timeout: float) -> list[Change]:
-        """Changes seen within ``timeout`` seconds ([] on timeout or wake-up)."""
+    def wait(self, timeout: float) -> None:
+        """Return when a watched folder changes, `wake()` is called or ``timeout`` seconds pass.
+
+        Callers re-check what they care about after every return (level-triggered), so which
+        entry changed is not reported.
+        """
         self.refresh()
         fds = [self._wake_r] + ([self._inotify.fileno()] if self._inotify is not None else [])
         try:
             ready, _, _ = select.select(fds, [], [], max(timeout, 0.0))
         except (OSError, ValueError):  # closed under us during shutdown
-            return []
+            return
         if self._wake_r in ready:
             with contextlib.suppress(OSError):
                 while os.read(self._wake_r, 512):
                     pass
-        if self._inotify is None or self._inotify.fileno() not in ready:
-            return []
-        return self._read_changes()
+        if self._inotify is not None and self._inotify.fileno() in ready:
+            self._drain_events()
 
-    def _read_changes(self) -> list[Change]:
+    def _drain_events(self) -> None:
+        """Consume pending inotify events; re-watch any folder whose watch went away."""
         import inotify_simple
 
-        flags = inotify_simple.flags
         assert self._inotify is not None
-        changes: list[Change] = []
         lost = False
         for event in self._inotify.read(timeout=0):
-            with self._lock:
-                folder = self._watches.get(event.wd)
-                if event.mask & flags.IGNORED:
+            if event.mask & inotify_simple.flags.IGNORED:
+                with self._lock:
                     self._watches.pop(event.wd, None)
-                    lost = True
-            if folder is None:
-                continue
-            gone = bool(event.mask & (flags.DELETE | flags.MOVED_FROM | flags.DELETE_SELF | flags.MOVE_SELF))
-            changes.append(Change(folder, event.name, gone))
+                lost = True
         if lost:
             self.refresh()
-        return changes
 
     def wake(self) -> None:
         # Under the lock and only while open: a closed descriptor's number may already belong to
