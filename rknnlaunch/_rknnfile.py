@@ -71,6 +71,8 @@ class RknnModelInfo:
 def read_rknn(path: str | os.PathLike[str]) -> RknnModelInfo:
     """Parse ``path``; raises `ModelError` (never a traceback) for missing, truncated or foreign files."""
     file = Path(path)
+    if file.exists() and not file.is_file() and not file.is_dir():  # a FIFO would block the open
+        raise ModelError(f"{file} is not a regular file", "pass the .rknn file exported by rknn-toolkit2")
     try:
         with file.open("rb") as handle:
             # Mapped, not read: only the header and the trailing metadata are touched, so checking a

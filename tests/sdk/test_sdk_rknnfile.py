@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +119,13 @@ def test_a_large_model_is_not_read_whole(tmp_path: Path) -> None:
         handle.write(trailer)
     info = read_rknn(model)
     assert info.size == 64 + block + len(trailer) and info.target_platforms == ("rk3588",)
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "model.rknn"
+    os.mkfifo(fifo)
+    with pytest.raises(ModelError, match="not a regular file"):
+        read_rknn(fifo)
 
 
 def test_a_closed_pipe_is_no_traceback(tmp_path: Path) -> None:
