@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -11,7 +12,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -133,19 +134,11 @@ def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -
         time.sleep(0.02)
 
 
-def test_exporter_process_serves_and_writes(
-    host_factory: Callable[[str], HostRoot], tmp_path: Path, pod_resources: PodResourcesServer
-) -> None:
-    host = host_factory("rk3588-drm")
-    pod_resources.fake.set([Assignment("vision", "yolo", "infer", ["npu-core-1"])])
-    nfd, textfile = tmp_path / "features.d", tmp_path / "textfile"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RKNPU_EXPORTER_")}
-    env["RKNPU_EXPORTER_POD_RESOURCES_SOCKET"] = pod_resources.socket_path
+@contextlib.contextmanager
+def _serving_process(argv: list[str], env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """Run ``python argv`` until it logs its metrics URL; yield (process, URL); kill it if still alive."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rknpu_device_plugin._exporter", "--host-root", str(host.root),
-         "--metrics-address", "127.0.0.1:0", "--nfd-dir", str(nfd), "--textfile-dir", str(textfile),
-         "--interval", "0.2"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+        [sys.executable, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
     )
     lines: queue.Queue[str] = queue.Queue()
     reader = threading.Thread(target=_read_lines, args=(proc.stderr, lines), daemon=True)
@@ -157,6 +150,25 @@ def test_exporter_process_serves_and_writes(
             line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
             match = re.search(r"serving metrics on (http://\S+)", line)
             url = match.group(1) if match else None
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(timeout=5)
+
+
+def test_exporter_process_serves_and_writes(
+    host_factory: Callable[[str], HostRoot], tmp_path: Path, pod_resources: PodResourcesServer
+) -> None:
+    host = host_factory("rk3588-drm")
+    pod_resources.fake.set([Assignment("vision", "yolo", "infer", ["npu-core-1"])])
+    nfd, textfile = tmp_path / "features.d", tmp_path / "textfile"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RKNPU_EXPORTER_")}
+    env["RKNPU_EXPORTER_POD_RESOURCES_SOCKET"] = pod_resources.socket_path
+    argv = ["-m", "rknpu_device_plugin._exporter", "--host-root", str(host.root), "--metrics-address",
+            "127.0.0.1:0", "--nfd-dir", str(nfd), "--textfile-dir", str(textfile), "--interval", "0.2"]
+    with _serving_process(argv, env) as (proc, url):
         with urllib.request.urlopen(url, timeout=5) as response:
             page = response.read().decode()
         families = {f.name: f for f in text_string_to_metric_families(page)}
@@ -174,11 +186,6 @@ def test_exporter_process_serves_and_writes(
 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        reader.join(timeout=5)
 
 
 def test_plugin_process_serves_its_metrics(
@@ -190,22 +197,10 @@ def test_plugin_process_serves_its_metrics(
     plugin_dir.mkdir()
     pod_resources.fake.set([Assignment("vision", "yolo", "infer", ["npu-core-0"])])
     env = {k: v for k, v in os.environ.items() if not k.startswith("RKNPU_PLUGIN_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rknpu_device_plugin", "--host-root", str(host.root),
-         "--device-plugin-dir", str(plugin_dir), "--metrics-address", "127.0.0.1:0",
-         "--pod-resources-socket", pod_resources.socket_path],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=_read_lines, args=(proc.stderr, lines), daemon=True)
-    reader.start()
-    try:
-        url = None
-        deadline = time.monotonic() + 20
-        while url is None:
-            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            match = re.search(r"serving metrics on (http://\S+)", line)
-            url = match.group(1) if match else None
+    argv = ["-m", "rknpu_device_plugin", "--host-root", str(host.root), "--device-plugin-dir",
+            str(plugin_dir), "--metrics-address", "127.0.0.1:0", "--pod-resources-socket",
+            pod_resources.socket_path]
+    with _serving_process(argv, env) as (proc, url):
 
         def page() -> dict[str, list[Sample]]:
             with urllib.request.urlopen(url, timeout=5) as response:
@@ -222,8 +217,3 @@ def test_plugin_process_serves_its_metrics(
         assert "rknpu_registrations" in families and "rknpu_core_load_ratio" in families
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        reader.join(timeout=5)
