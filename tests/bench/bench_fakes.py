@@ -3,14 +3,14 @@ its failures), an .rknn file the SDK can parse, and a plain runtime for the engi
 
 from __future__ import annotations
 
-import json
-import struct
 import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+from sdk.rknnfile_builder import write_rknn as write_rknn_file
 
+from rknnlaunch.npu import runtime_effective_mask, soc_by_name
 from rknnlaunch.yolo._synth import SynthObject, encode_rknn
 
 # What the fake model "sees": two objects, in 640x640 input pixels.
@@ -18,24 +18,13 @@ OBJECTS = [
     SynthObject((100.0, 140.0, 300.0, 400.0), 0, 0.9),
     SynthObject((400.0, 300.0, 460.0, 380.0), 2, 0.7),
 ]
-RK3588_MASKS = {1, 2, 4, 3, 7}  # 0xffff maps to 7; 5 and 6 fail (rknpu-facts.md)
+RK3588 = soc_by_name("rk3588")
+assert RK3588 is not None
 
 
 def write_rknn(path: Path, platform: str = "rk3588", size: int = 640) -> Path:
-    """A minimal .rknn file: magic, format version 6, an empty model block, then the JSON metadata."""
-    meta = {
-        "version": "2.3.2",
-        "target_platform": [platform],
-        "name": "yolov8s",
-        "norm_tensor": [{"tensor_id": 0, "url": "images", "size": [1, size, size, 3], "dtype": "uint8"}],
-        "graph": [{"left": "input", "left_tensor_id": 0, "right": "norm_tensor", "right_tensor_id": 0}],
-    }
-    body = json.dumps(meta).encode()
-    block = b"\0" * 16
-    header = b"RKNN" + b"\0" * 4 + struct.pack("<QQ", 6, len(block))
-    header += b"\0" * (64 - len(header))
-    path.write_bytes(header + block + struct.pack("<Q", len(body)) + body)
-    return path
+    """A minimal .rknn file (the SDK tests' builder): YOLO input ``size`` x ``size``, no outputs listed."""
+    return write_rknn_file(path, targets=(platform,), inputs=(("images", (1, size, size, 3)),), outputs=())
 
 
 class FakeRknnLite:
@@ -64,8 +53,8 @@ class FakeRknnLite:
         if not self.loaded:
             print("E init_runtime: model not loaded")
             return -1
-        effective = 7 if core_mask == 0xFFFF else core_mask
-        if effective not in RK3588_MASKS | {0}:
+        effective = runtime_effective_mask(RK3588, core_mask)  # 0xffff -> 7; 5 and 6 fail
+        if effective is None:
             print(f"E RKNN: The core mode {core_mask} is not supported currently.")
             return -1
         self.mask = effective
