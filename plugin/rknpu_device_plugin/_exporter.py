@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import FrameType
-from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -35,7 +34,14 @@ from ._nfd import (
     write_textfile,
 )
 from ._podresources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesClient
-from ._settings import LOG_LEVELS, SettingsParser, add_setting_flags, check_soc_name, settings_from_flags
+from ._settings import (
+    LOG_LEVELS,
+    LogLevel,
+    SettingsParser,
+    add_setting_flags,
+    check_soc_name,
+    settings_from_flags,
+)
 
 ENV_PREFIX = "RKNPU_EXPORTER_"
 PROG = "rknpu-exporter"
@@ -76,12 +82,7 @@ class ExporterSettings(BaseSettings):
     )
     once: bool = Field(False, description="write the files once and exit (no metrics server)")
     soc: str | None = Field(None, description="SoC to assume when the device tree cannot be read")
-    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
-
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _lower_level(cls, value: Any) -> Any:
-        return value.lower() if isinstance(value, str) else value
+    log_level: LogLevel = Field("info", description="log level")
 
     @field_validator("soc")
     @classmethod

@@ -6,9 +6,9 @@ import argparse
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, NoReturn, TypeVar
+from typing import Annotated, Any, Literal, NoReturn, TypeVar, get_args
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rknnlaunch import UsageError
@@ -21,6 +21,12 @@ ENV_PREFIX = "RKNPU_PLUGIN_"
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 # Kubernetes extended resource names: <DNS subdomain>/<name>; "{soc}" is filled in from discovery.
 _S = TypeVar("_S", bound=BaseSettings)
+_LogLevelName = Literal["debug", "info", "warning", "error"]
+LOG_LEVELS: list[str] = list(get_args(_LogLevelName))
+LogLevel = Annotated[
+    _LogLevelName, BeforeValidator(lambda value: value.lower() if isinstance(value, str) else value)
+]
+"""A log level setting; ``INFO`` from the environment counts as ``info`` (plugin and exporter)."""
 _RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
@@ -63,7 +69,7 @@ class PluginSettings(BaseSettings):
     cdi: bool = Field(False, description="also write a CDI spec and return cdi_devices from Allocate")
     cdi_dir: Path = Field(Path("/var/run/cdi"), description="where --cdi writes the CDI spec")
     log_format: Literal["text", "json"] = Field("text", description="log line format")
-    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
+    log_level: LogLevel = Field("info", description="log level")
     metrics_address: str | None = Field(
         None, description='serve Prometheus metrics on "host:port" (":9101" = all interfaces); default off'
     )
@@ -71,11 +77,6 @@ class PluginSettings(BaseSettings):
         DEFAULT_POD_RESOURCES_SOCKET,
         description="kubelet pod-resources socket (metrics: which pod holds which core)",
     )
-
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _lower_level(cls, value: Any) -> Any:
-        return value.lower() if isinstance(value, str) else value
 
     @field_validator("resource_name")
     @classmethod
@@ -118,7 +119,6 @@ def check_soc_name(value: str | None) -> str | None:
     return value
 
 
-LOG_LEVELS = ["debug", "info", "warning", "error"]
 _FLAG_TYPES: dict[str, Any] = {"replicas": int, "health_interval": float}
 _FLAG_CHOICES: dict[str, list[str]] = {
     "mode": ["core", "shared"],
