@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from ._doctor import exit_code, report_json, report_text, run_checks
 from ._errors import SettingsError, UsageError
-from ._settings import NpuSettings, load_settings
+from ._settings import ENV_NAMES, NpuSettings, load_settings
 
 
 def add_parser(sub: Any) -> None:
@@ -36,7 +37,7 @@ def settings_with_root(root: str | None) -> tuple[NpuSettings, SettingsError | N
     try:
         settings = load_settings()
     except SettingsError as exc:
-        settings, error = load_settings({}), exc
+        settings, error = _readable_settings(), exc
     if root is not None:
         if not Path(root).is_dir():
             raise UsageError(
@@ -44,6 +45,22 @@ def settings_with_root(root: str | None) -> tuple[NpuSettings, SettingsError | N
             )
         settings = settings.model_copy(update={"root": root})
     return settings, error
+
+
+def _readable_settings() -> NpuSettings:
+    """The environment's settings without the variables that cannot be read, so the report still
+    looks where RKNNLAUNCH_ROOT points and uses the readable hints (each variable parses alone)."""
+    readable: dict[str, str] = {}
+    for name in ENV_NAMES.values():
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        try:
+            load_settings({name: value})
+        except SettingsError:
+            continue
+        readable[name] = value
+    return load_settings(readable)
 
 
 def run(args: argparse.Namespace) -> int:

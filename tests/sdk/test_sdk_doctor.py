@@ -226,6 +226,12 @@ def test_cli_json_schema_and_exit_codes(
     assert main(["doctor", "--root", str(host.root)]) == 1
     text = capsys.readouterr().out
     assert "FAIL  settings" in text and "RKNN_NPU_CORE_MASK='many'" in text
+    # The unreadable variable is reported; the readable ones (the root to look under) still count.
+    monkeypatch.setenv("RKNNLAUNCH_ROOT", str(host_factory("rk3588-drm").root))
+    main(["doctor", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    by_id = {check["id"]: check for check in report["checks"]}
+    assert by_id["settings"]["status"] == "fail" and by_id["npu"]["details"]["soc"] == "rk3588"
 
 
 def test_cli_ok_exit_zero(
