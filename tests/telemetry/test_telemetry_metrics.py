@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import inspect
 import logging
+import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -356,6 +358,18 @@ def test_stop_closes_the_port_and_leaves_no_thread(rk3588: tuple[HostRoot, NpuIn
     assert set(threading.enumerate()) <= before
     with pytest.raises(urllib.error.URLError):
         get(url)
+
+
+def test_stop_is_quick_even_with_a_stalled_client(rk3588: tuple[HostRoot, NpuInfo]) -> None:
+    # stop() joins request threads; a client that connects and never sends must not hold it
+    # (the plugin exits within 2 s of SIGTERM, metrics included).
+    host, info = rk3588
+    server = start_metrics_server("127.0.0.1:0", PluginMetrics(), host, lambda: info, "", "rockchip.com/npu")
+    with socket.create_connection(("127.0.0.1", server.port)):
+        get(server.url)  # the stalled connection has been accepted by now (one accept loop)
+        started = time.monotonic()
+        server.stop()
+        assert time.monotonic() - started < 1.5
 
 
 def test_empty_socket_turns_attribution_off(rk3588: tuple[HostRoot, NpuInfo]) -> None:
