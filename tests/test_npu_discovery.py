@@ -92,6 +92,8 @@ def test_device_tree_link_resolves_inside_the_host_root(host_factory: Callable[[
     expected = host.root / "sys/firmware/devicetree/base/compatible"
     assert host.open_path("/proc/device-tree/compatible") == expected
     assert host.local("/proc/device-tree").is_symlink()
+    # Reported as the host path the link resolves to (what a DaemonSet mount can name).
+    assert discover(host).compatible_path == "/sys/firmware/devicetree/base/compatible"
 
 
 def test_masked_device_tree_needs_a_soc_hint(host_factory: Callable[[str], HostRoot]) -> None:
@@ -103,7 +105,9 @@ def test_masked_device_tree_needs_a_soc_hint(host_factory: Callable[[str], HostR
     rk3576 = soc_by_name("rk3576")
     assert discover(host, soc_hint=rk3576).soc == rk3576
     write(host.root, "/run/rknpu/compatible", b"rockchip,rk3588\0")
-    assert discover(host, extra_compatible_paths=["/run/rknpu/compatible"]).soc.name == "rk3588"
+    replaced = discover(host, extra_compatible_paths=["/run/rknpu/compatible"])
+    assert (replaced.soc.name, replaced.compatible_path) == ("rk3588", "/run/rknpu/compatible")
+    assert discover(host, soc_hint=rk3576).compatible_path is None
 
 
 def test_rknpu_symlink_to_render_node_is_not_the_misc_build(host_factory: Callable[[str], HostRoot]) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from rknnlaunch import DiscoveryError, UnknownSocError
-from rknnlaunch.npu import COMPATIBLE_PATH, HostRoot, NpuInfo, SocSpec, discover
+from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec, discover
 
 from ._devices import Mode, device_ids
 from ._events import PluginEvents
@@ -23,8 +23,6 @@ from ._watch import FolderWatcher
 
 _log = get_logger("health")
 
-FIRMWARE_COMPATIBLE_PATH = "/sys/firmware/devicetree/base/compatible"
-"""Where /proc/device-tree points on every Linux host with a device tree."""
 # How often the node folders are polled when inotify is unavailable (health within 1 s).
 POLL_FALLBACK_INTERVAL = 0.25
 
@@ -85,21 +83,6 @@ class ResourceManager:
         with self._lock:
             return self._info, self._state, self._compatible
 
-    def _find_compatible(self) -> str | None:
-        """The host path of the device-tree compatible file (links resolved), if it exists.
-
-        The DaemonSet mounts only the host's /sys, not /proc: then the /proc/device-tree link is
-        not there to follow and the file is found where it points, under /sys/firmware.
-        """
-        for candidate in (COMPATIBLE_PATH, FIRMWARE_COMPATIBLE_PATH):
-            try:
-                resolved = str(self.host.resolve(candidate))
-            except OSError:
-                continue
-            if self.host.exists(resolved):
-                return resolved
-        return None
-
     def subscribe(self) -> queue.Queue[DeviceState | None]:
         """A new stream's queue; it starts with the current full list (None = end of stream)."""
         subscription: queue.Queue[DeviceState | None] = queue.Queue()
@@ -134,7 +117,9 @@ class ResourceManager:
             info = discover(self.host, soc_hint=self._soc_hint)
             missing = [path for path in info.device_paths if not os.path.exists(self.host.local(path))]
             error = f"device node(s) missing: {', '.join(missing)}" if missing else None
-            compatible = self._find_compatible()
+            # The DaemonSet mounts only the host's /sys: discovery then reads the file where the
+            # /proc/device-tree link points, and reports that resolved host path.
+            compatible = info.compatible_path
         except UnknownSocError as exc:
             # The shared fix names the SDK's RKNN_NPU_SOC; on the plugin the knob is --soc.
             info, error = None, f"{exc.problem}\n  fix: pass --soc (env RKNPU_PLUGIN_SOC), e.g. --soc rk3588"

@@ -116,6 +116,8 @@ class NpuInfo:
     frequency_path: str | None = None
     debugfs_readable: bool = False
     notes: tuple[str, ...] = field(default=())
+    compatible_path: str | None = None
+    """Host path (links resolved) of the device-tree `compatible` file read; None if none was."""
 
     @property
     def cores(self) -> frozenset[int]:
@@ -203,7 +205,9 @@ def discover(
     if not nodes:
         _raise_not_found(host, looked_at)
 
-    compatible = _read_compatible(host, (*extra_compatible_paths, COMPATIBLE_PATH, FIRMWARE_COMPATIBLE_PATH))
+    compatible, compatible_path = _read_compatible(
+        host, (*extra_compatible_paths, COMPATIBLE_PATH, FIRMWARE_COMPATIBLE_PATH)
+    )
     soc = soc_from_compatible("\0".join(compatible)) if compatible else None
     if soc is None:
         soc = soc_hint
@@ -243,18 +247,21 @@ def discover(
         frequency_path=_find_frequency(host, soc),
         debugfs_readable=debugfs_readable,
         notes=tuple(notes),
+        compatible_path=compatible_path,
     )
 
 
-def _read_compatible(host: HostRoot, paths: Iterable[str]) -> tuple[str, ...]:
+def _read_compatible(host: HostRoot, paths: Iterable[str]) -> tuple[tuple[str, ...], str | None]:
+    """The first readable `compatible` among ``paths`` and its host path, links resolved."""
     for path in paths:
         try:
             entries = split_compatible(host.read_bytes(path).decode("ascii", "replace"))
+            resolved = str(host.resolve(path))
         except OSError:
             continue
         if entries:
-            return entries
-    return ()
+            return entries, resolved
+    return (), None
 
 
 def _driver_name(host: HostRoot, device_dir: str) -> str | None:
