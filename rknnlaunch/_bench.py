@@ -251,8 +251,16 @@ def run_pool(
         workers = [threading.Thread(target=worker, name=f"bench-{i}") for i in range(threads)]
         for thread in workers:
             thread.start()
-        for thread in workers:
-            thread.join()
+        try:
+            for thread in workers:
+                thread.join()
+        except BaseException as exc:  # Ctrl-C in the main thread: stop the workers before closing
+            with lock:
+                failures.append(exc)
+            start_line.abort()
+            for thread in workers:
+                thread.join()
+            raise
         if failures:
             raise failures[0]
         result.wall_ns = time.perf_counter_ns() - span[0] if span and iterations else 0

@@ -109,3 +109,31 @@ def test_summarise_empty_and_values() -> None:
     assert _bench.summarise([])["p99_ms"] == 0.0
     s = _bench.summarise([1_000_000 * v for v in range(1, 101)])
     assert s["p50_ms"] == pytest.approx(50.5) and s["max_ms"] == 100.0
+
+
+def test_ctrl_c_during_a_pool_run_stops_the_workers_before_closing_the_runtimes() -> None:
+    import os
+    import signal
+    import threading
+
+    opener = Opener()
+    late: list[int] = []
+    original = FakeRuntime.infer
+
+    def infer(self: FakeRuntime, x: np.ndarray) -> list[np.ndarray]:
+        if self.closed:
+            late.append(1)
+        return original(self, x)
+
+    def progress(_name: str, done: int, _total: int) -> None:
+        if done == 5:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C; Python raises it in the main thread (in join())
+
+    before = threading.active_count()
+    case = _bench.pool_case(frozenset({0, 1, 2}), threads=3)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(FakeRuntime, "infer", infer)
+        with pytest.raises(KeyboardInterrupt):
+            _bench.run_pool(case, opener, IMAGE, pipeline, 1, 100_000, progress)
+    assert threading.active_count() == before  # every worker has stopped
+    assert late == [] and all(r.closed for r in opener.opened)
