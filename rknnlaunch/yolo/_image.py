@@ -25,8 +25,10 @@ def opencv() -> Any:
 
 def read_image(path: str) -> npt.NDArray[np.uint8]:
     """Decode the image file at ``path`` as BGR uint8 (H x W x 3)."""
-    if not Path(path).is_file():
-        raise UsageError(f"image file {path} does not exist", "pass the path of a JPEG/PNG file")
+    file = Path(path)
+    if not file.is_file():
+        what = "is not a file" if file.exists() else "does not exist"
+        raise UsageError(f"image file {path} {what}", "pass the path of a JPEG/PNG file")
     cv2 = opencv()
     image = cv2.imread(path, cv2.IMREAD_COLOR)
     if image is None:

@@ -47,9 +47,8 @@ def resolve_model(model: str | os.PathLike[str] | None) -> Path:
         return default_model()
     path = Path(model)
     if not path.is_file():
-        raise ModelError(
-            f"model file {path} does not exist", "pass the path of an existing .rknn or .onnx file"
-        )
+        what = "is not a file" if path.exists() else "does not exist"
+        raise ModelError(f"model file {path} {what}", "pass the path of an existing .rknn or .onnx file")
     return path
 
 
