@@ -241,6 +241,7 @@ def execute(
 ) -> int:
     """The bench command with its dependencies passed in (tests inject settings and a fake RKNNLite)."""
     out = stream if stream is not None else sys.stdout
+    _positive(args.threads, 1, "--threads")  # a bad value is an error on every backend, not only the pool
     model = resolve_model(args.model)
     if args.all_cores:
         settings = settings.model_copy(update={"core_mask": None, "cores": None})

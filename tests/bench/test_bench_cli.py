@@ -185,6 +185,7 @@ def test_bad_arguments_are_usage_errors(rk3588: tuple[HostRoot, Path], tmp_path:
     assert FakeRknnLite.instances == []
     assert main(["bench", "--model", str(tmp_path / "missing.rknn")]) == 1
     assert main(["bench", "--backend", "gpu"]) == 2
+    assert main(["bench", "--backend", "cpu", "--threads", "0"]) == 2  # refused before the model is looked at
 
 
 def test_single_core_soc_runs_one_case_with_mask_0(host_factory: Callable[[str], HostRoot],
