@@ -50,7 +50,8 @@ class CpuRuntime:
                 "pass the .onnx export of the model (next to the .rknn file it is found automatically)",
             )
         if not path.is_file():
-            raise ModelError(f"model file {path} does not exist", "pass the path of an existing .onnx file")
+            what = "is not a file" if path.exists() else "does not exist"
+            raise ModelError(f"model file {path} {what}", "pass the path of an existing .onnx file")
         try:
             import onnxruntime as ort  # type: ignore[import-untyped, unused-ignore]
         except ImportError as exc:

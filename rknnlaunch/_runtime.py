@@ -248,9 +248,8 @@ def onnx_for(model: Path) -> Path:
     if model.suffix.lower() == ".onnx":
         return model
     if not model.is_file():
-        raise ModelError(
-            f"model file {model} does not exist", "pass the path of an existing .rknn or .onnx file"
-        )
+        what = "is not a file" if model.exists() else "does not exist"
+        raise ModelError(f"model file {model} {what}", "pass the path of an existing .rknn or .onnx file")
     if model.suffix.lower() != ".rknn":
         raise ModelError(
             f"{model} is neither an .rknn nor an .onnx model (by its name)",
