@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import BackendUnavailableError, InferenceError, ModelError
+from ._files import require_file
 
 
 def as_nhwc_batch(x: Any) -> np.ndarray:
@@ -49,9 +50,7 @@ class CpuRuntime:
                 f"the CPU backend runs ONNX models; {path} is not an .onnx file",
                 "pass the .onnx export of the model (next to the .rknn file it is found automatically)",
             )
-        if not path.is_file():
-            what = "is not a file" if path.exists() else "does not exist"
-            raise ModelError(f"model file {path} {what}", "pass the path of an existing .onnx file")
+        require_file(path, "model file", "pass the path of an existing .onnx file", ModelError)
         try:
             import onnxruntime as ort  # type: ignore[import-untyped, unused-ignore]
         except ImportError as exc:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import ModelError
+from ._files import require_file
 
 MAGIC = b"RKNN"
 HEADER_SIZE = 64
@@ -71,8 +72,9 @@ class RknnModelInfo:
 def read_rknn(path: str | os.PathLike[str]) -> RknnModelInfo:
     """Parse ``path``; raises `ModelError` (never a traceback) for missing, truncated or foreign files."""
     file = Path(path)
-    if file.exists() and not file.is_file() and not file.is_dir():  # a FIFO would block the open
-        raise ModelError(f"{file} is not a regular file", "pass the .rknn file exported by rknn-toolkit2")
+    if file.is_dir():
+        raise ModelError(f"{file} is a folder, not a model file", "pass the .rknn file inside it")
+    require_file(file, "model file", "pass the path of an existing .rknn file", ModelError)
     try:
         with file.open("rb") as handle:
             # Mapped, not read: only the header and the trailing metadata are touched, so checking a
@@ -81,12 +83,6 @@ def read_rknn(path: str | os.PathLike[str]) -> RknnModelInfo:
                 return parse_rknn(b"", str(file))
             with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
                 return parse_rknn(data, str(file))
-    except FileNotFoundError:
-        raise ModelError(
-            f"model file {file} does not exist", "pass the path of an existing .rknn file"
-        ) from None
-    except IsADirectoryError:
-        raise ModelError(f"{file} is a folder, not a model file", "pass the .rknn file inside it") from None
     except OSError as exc:
         raise ModelError(
             f"cannot read {file}: {exc.strerror or exc}", "check the path and its permissions"

@@ -30,6 +30,7 @@ from ._errors import (
     RuntimeInitError,
     UsageError,
 )
+from ._files import require_file
 from ._rknnfile import read_rknn
 from ._rknnlite import RknnLiteFactory, RknnLiteLike, capture_runtime_log, load_rknnlite
 from ._settings import (
@@ -247,9 +248,7 @@ def onnx_for(model: Path) -> Path:
     """The ONNX model for the CPU backend: ``model`` itself, or the .onnx next to an .rknn file."""
     if model.suffix.lower() == ".onnx":
         return model
-    if not model.is_file():
-        what = "is not a file" if model.exists() else "does not exist"
-        raise ModelError(f"model file {model} {what}", "pass the path of an existing .rknn or .onnx file")
+    require_file(model, "model file", "pass the path of an existing .rknn or .onnx file", ModelError)
     if model.suffix.lower() != ".rknn":
         raise ModelError(
             f"{model} is neither an .rknn nor an .onnx model (by its name)",

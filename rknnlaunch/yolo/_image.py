@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import UsageError
+from .._files import require_file
 
 
 def opencv() -> Any:
@@ -25,10 +26,7 @@ def opencv() -> Any:
 
 def read_image(path: str) -> npt.NDArray[np.uint8]:
     """Decode the image file at ``path`` as BGR uint8 (H x W x 3)."""
-    file = Path(path)
-    if not file.is_file():
-        what = "is not a file" if file.exists() else "does not exist"
-        raise UsageError(f"image file {path} {what}", "pass the path of a JPEG/PNG file")
+    require_file(path, "image file", "pass the path of a JPEG/PNG file", UsageError)
     cv2 = opencv()
     image = cv2.imread(path, cv2.IMREAD_COLOR)
     if image is None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ModelError, UsageError
+from .._files import require_file
 from ._decode import YoloDecoder
 from ._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS, Letterboxer
 
@@ -45,11 +46,7 @@ def resolve_model(model: str | os.PathLike[str] | None) -> Path:
     """``model`` as an existing file, or the default model when None."""
     if model is None:
         return default_model()
-    path = Path(model)
-    if not path.is_file():
-        what = "is not a file" if path.exists() else "does not exist"
-        raise ModelError(f"model file {path} {what}", "pass the path of an existing .rknn or .onnx file")
-    return path
+    return require_file(model, "model file", "pass the path of an existing .rknn or .onnx file", ModelError)
 
 
 def sha256(path: Path) -> str:
