@@ -248,10 +248,12 @@ def run_pool(
                     failures.append(exc)
                 start_line.abort()
 
-        workers = [threading.Thread(target=worker, name=f"bench-{i}") for i in range(threads)]
-        for thread in workers:
-            thread.start()
+        workers: list[threading.Thread] = []
         try:
+            # Started inside the try: fast workers can see Ctrl-C arrive before the last one starts.
+            for i in range(threads):
+                workers.append(threading.Thread(target=worker, name=f"bench-{i}"))
+                workers[-1].start()
             for thread in workers:
                 thread.join()
         except BaseException as exc:  # Ctrl-C in the main thread: stop the workers before closing
@@ -259,7 +261,8 @@ def run_pool(
                 failures.append(exc)
             start_line.abort()
             for thread in workers:
-                thread.join()
+                if thread.ident is not None:
+                    thread.join()
             raise
         if failures:
             raise failures[0]

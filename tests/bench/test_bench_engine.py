@@ -129,11 +129,12 @@ def test_ctrl_c_during_a_pool_run_stops_the_workers_before_closing_the_runtimes(
         if done == 5:
             os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C; Python raises it in the main thread (in join())
 
-    before = threading.active_count()
     case = _bench.pool_case(frozenset({0, 1, 2}), threads=3)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(FakeRuntime, "infer", infer)
         with pytest.raises(KeyboardInterrupt):
             _bench.run_pool(case, opener, IMAGE, pipeline, 1, 100_000, progress)
-    assert threading.active_count() == before  # every worker has stopped
+    # Every worker has stopped. (Not active_count(): a join interrupted by KeyboardInterrupt can
+    # leave a finished thread listed for a moment after it stopped; CPython's own race.)
+    assert not [t for t in threading.enumerate() if t.name.startswith("bench-") and t.is_alive()]
     assert late == [] and all(r.closed for r in opener.opened)
