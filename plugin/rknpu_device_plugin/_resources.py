@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from rknnlaunch import DiscoveryError, UnknownSocError
+from rknnlaunch import DiscoveryError, NpuNotFoundError, UnknownSocError
 from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec, discover
 
 from ._devices import Mode, device_ids
@@ -123,6 +123,13 @@ class ResourceManager:
         except UnknownSocError as exc:
             # The shared fix names the SDK's RKNN_NPU_SOC; on the plugin the knob is --soc.
             info, error = None, f"{exc.problem}\n  fix: pass --soc (env RKNPU_PLUGIN_SOC), e.g. --soc rk3588"
+        except NpuNotFoundError as exc:
+            # The shared fix speaks to a workload ("request rockchip.com/npu"); here the node's
+            # operator needs to know where we looked.
+            info, error = None, (
+                f"{exc.problem}\n  fix: load the rknpu driver on this node (`dmesg | grep -i rknpu`); in the "
+                f"DaemonSet, mount the host's /sys and /dev under --host-root (now {self.host.root})"
+            )
         except DiscoveryError as exc:
             info, error = None, str(exc)
         except OSError as exc:  # a racing driver unload can break a read mid-discovery

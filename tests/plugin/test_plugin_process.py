@@ -368,7 +368,7 @@ def test_fail_on_init_error_exits_1(rig_factory: RigFactory) -> None:
     assert [entry["msg"] for entry in errors] == [
         "no usable NPU; exiting with status 1 (--fail-on-init-error)"
     ]
-    assert "fix:" in errors[0]["error"]
+    assert "fix:" in errors[0]["error"] and "--host-root" in errors[0]["error"]
 
 
 def test_late_driver_load_is_picked_up(rig_factory: RigFactory) -> None:
