@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 
+from ._closing import ClosesOnExit
 from ._errors import BackendUnavailableError, InferenceError, ModelError
 from ._files import require_file
 
@@ -31,7 +31,7 @@ def as_nhwc_batch(x: Any) -> np.ndarray:
     return array
 
 
-class CpuRuntime:
+class CpuRuntime(ClosesOnExit):
     """One onnxruntime session; ``infer`` takes NHWC uint8 and feeds the model NCHW float /255."""
 
     backend = "cpu"
@@ -107,14 +107,6 @@ class CpuRuntime:
 
     def close(self) -> None:
         self._closed = True
-
-    def __enter__(self) -> CpuRuntime:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<CpuRuntime {self.label!r}>"

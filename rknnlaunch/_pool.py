@@ -12,11 +12,11 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 
+from ._closing import ClosesOnExit
 from ._errors import InferenceError
 from ._rknnlite import RknnLiteFactory
 from ._runtime import Runtime, open_plan, plan
@@ -26,7 +26,7 @@ from .npu import format_cores
 _Job = tuple[Any, "Future[list[np.ndarray]]"]
 
 
-class Pool:
+class Pool(ClosesOnExit):
     """Runtimes on every allocated core group, fed by a shared queue.
 
     ``infer(x)`` blocks for one result; ``submit(x)`` returns a Future; ``map(frames)`` yields
@@ -130,14 +130,6 @@ class Pool:
             thread.join()
         for runtime in self.runtimes:
             runtime.close()
-
-    def __enter__(self) -> Pool:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<Pool {self.label!r}>"

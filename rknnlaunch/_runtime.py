@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from . import _dtcompat
+from ._closing import ClosesOnExit
 from ._cpu import CpuRuntime, as_nhwc_batch
 from ._errors import (
     DiscoveryError,
@@ -106,7 +107,7 @@ def make_compatible_visible(settings: NpuSettings, host: HostRoot) -> str | None
     return replacement
 
 
-class NpuRuntime:
+class NpuRuntime(ClosesOnExit):
     """One initialised RKNNLite context pinned to a core set. Not for sharing across threads."""
 
     backend = "npu"
@@ -145,14 +146,6 @@ class NpuRuntime:
                 return
             self._closed = True
         self._lite.release()
-
-    def __enter__(self) -> NpuRuntime:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __del__(self) -> None:  # a forgotten close() must not leak the NPU context
         if not getattr(self, "_closed", True):
