@@ -27,6 +27,7 @@ from .npu import (
     format_cores,
     mask_name,
     mask_to_cores,
+    parse_core_list,
     parse_mask,
     soc_by_name,
 )
@@ -129,18 +130,6 @@ class _MappingSettings(NpuSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings,)
-
-
-def parse_core_list(text: str) -> frozenset[int]:
-    """``"0,1"`` / ``"0_1"`` / ``"0 1"`` -> ``{0, 1}`` (core numbers, never a mask)."""
-    parts = [part for part in re.split(r"[,_\s]+", text.strip()) if part]
-    if not parts or not all(part.isdigit() for part in parts):
-        raise MaskError(f"cannot read {text!r} as a list of NPU core numbers", 'write e.g. "0,1"')
-    cores = [int(part) for part in parts]
-    if len(set(cores)) != len(cores):
-        raise MaskError(f"core list {text!r} names a core twice", "name each core once, e.g. 0,1")
-    cores_to_mask(cores)  # range check
-    return frozenset(cores)
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> NpuSettings:

@@ -13,6 +13,7 @@ from rknnlaunch.npu import (
     is_runnable,
     mask_name,
     mask_to_cores,
+    parse_core_list,
     parse_mask,
     rknnlite_mask,
     runnable_core_sets,
@@ -174,3 +175,23 @@ def test_mask_name() -> None:
     assert mask_name(3) == "NPU_CORE_0_1"
     assert mask_name(0) == "NPU_CORE_AUTO"
     assert mask_name(ALL) == "NPU_CORE_ALL"
+
+
+@pytest.mark.parametrize(
+    ("text", "cores"),
+    [("0,1", {0, 1}), ("0_1", {0, 1}), (" 0 1 ", {0, 1}), ("2", {2}), ("1,2", {1, 2})],
+)
+def test_parse_core_list(text: str, cores: set[int]) -> None:
+    assert parse_core_list(text) == cores
+
+
+@pytest.mark.parametrize("text", ["", "0,0", "a", "0x3", "\u00b2", "16", "-1"])
+def test_parse_core_list_rejects_with_a_fix(text: str) -> None:
+    with pytest.raises(MaskError) as err:
+        parse_core_list(text)
+    assert "fix:" in str(err.value)
+
+
+def test_core_lists_in_masks_name_what_the_user_wrote() -> None:
+    with pytest.raises(MaskError, match="'NPU_CORE_0_0' names a core twice"):
+        parse_mask("NPU_CORE_0_0")

@@ -101,10 +101,24 @@ def parse_mask(text: str) -> int:
 
 
 def _parse_core_list(raw: str, body: str) -> int:
-    cores = [int(part) for part in re.split(r"[,_]", body)]
+    return cores_to_mask(parse_core_list(body, shown=raw))
+
+
+def parse_core_list(text: str, *, shown: str | None = None) -> CoreSet:
+    """``"0,1"`` / ``"0_1"`` / ``"0 1"`` / ``"2"`` -> ``{0, 1}`` ... (core numbers, never a mask).
+
+    The form of `RKNN_NPU_CORES`. Raises `MaskError` (naming ``shown``, default ``text``).
+    """
+    name = text if shown is None else shown
+    parts = [part for part in re.split(r"[,_\s]+", text.strip()) if part]
+    # isdecimal, not isdigit: int() rejects digits such as "²" that isdigit accepts.
+    if not parts or not all(part.isdecimal() for part in parts):
+        raise MaskError(f"cannot read {name!r} as a list of NPU core numbers", 'write e.g. "0,1"')
+    cores = [int(part) for part in parts]
     if len(set(cores)) != len(cores):
-        raise MaskError(f"core list {raw!r} names a core twice", "name each core once, e.g. 0,1")
-    return cores_to_mask(cores)
+        raise MaskError(f"core list {name!r} names a core twice", "name each core once, e.g. 0,1")
+    cores_to_mask(cores)  # range check
+    return frozenset(cores)
 
 
 def runtime_effective_mask(soc: SocSpec, mask: int) -> int | None:
