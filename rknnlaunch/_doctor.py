@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from ._errors import DiscoveryError, ModelError, SettingsError, UnsupportedDriverError
 from ._librknnrt import LIBRKNNRT_PATH, Librknnrt, find_librknnrt, misplaced_copies
-from ._rknnfile import RknnModelInfo, read_rknn, release_tuple
+from ._rknnfile import RknnModelInfo, read_rknn
 from ._settings import Allocation, NpuSettings, discover_npu, resolve_allocation
 from .npu import (
     COMPATIBLE_PATH,
@@ -436,7 +436,7 @@ def check_model(path: Path, found: Findings) -> list[CheckResult]:
     runtime = found.runtime
     if runtime is None or runtime.version is None or not model.toolkit_version:
         results.append(CheckResult("model-runtime", "skip", "librknnrt or model toolkit version unknown"))
-    elif release_tuple(runtime.version) >= release_tuple(model.toolkit_version):
+    elif version_tuple(runtime.version) >= version_tuple(model.toolkit_version):
         results.append(
             CheckResult(
                 "model-runtime",

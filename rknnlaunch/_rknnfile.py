@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,12 +222,3 @@ def _tensor(raw: dict[str, Any]) -> TensorInfo:
         shape=tuple(int(dim) for dim in shape if isinstance(dim, int)),
         dtype=dtype_name,
     )
-
-
-_LEADING_VERSION = re.compile(r"\s*v?(\d+(?:\.\d+)*)")
-
-
-def release_tuple(version: str) -> tuple[int, ...]:
-    """``"2.3.2"``, ``"2.3.2+81f21f4d"``, ``"v2.1.0b3"`` -> ``(2, 3, 2)`` etc.; () if unreadable."""
-    match = _LEADING_VERSION.match(version)
-    return tuple(int(part) for part in match.group(1).split(".")) if match else ()

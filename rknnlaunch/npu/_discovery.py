@@ -150,9 +150,14 @@ def parse_driver_version(text: str) -> str | None:
     return match.group(1) if match else None
 
 
+_LEADING_RELEASE = re.compile(r"\s*v?(\d+(?:\.\d+)*)")
+
+
 def version_tuple(version: str) -> tuple[int, ...]:
-    """``"0.9.8"`` -> ``(0, 9, 8)``; non-numeric parts count as 0."""
-    return tuple(int(part) if part.isdigit() else 0 for part in version.strip().lstrip("v").split("."))
+    """The leading release numbers: ``"0.9.8"`` -> ``(0, 9, 8)``; ``"2.3.2+81f21f4d"`` ->
+    ``(2, 3, 2)``; ``"v2.1.0b3"`` -> ``(2, 1, 0)``; ``()`` when there are none."""
+    match = _LEADING_RELEASE.match(version)
+    return tuple(int(part) for part in match.group(1).split(".")) if match else ()
 
 
 def parse_load(text: str) -> tuple[float, ...]:

@@ -17,7 +17,8 @@ from rknnfile_builder import rknn_bytes, write_rknn
 
 from rknnlaunch import ModelError
 from rknnlaunch._cli import main
-from rknnlaunch._rknnfile import parse_rknn, read_rknn, release_tuple
+from rknnlaunch._rknnfile import parse_rknn, read_rknn
+from rknnlaunch.npu import version_tuple
 
 GOOD = rknn_bytes(version="2.3.2+81f21f4d", targets=("rk3588",))
 
@@ -79,10 +80,10 @@ def test_file_errors(tmp_path: Path) -> None:
         read_rknn(tmp_path / "empty.rknn")
 
 
-def test_release_tuple() -> None:
-    assert release_tuple("2.3.2+81f21f4d") == (2, 3, 2)
-    assert release_tuple("v2.1.0b3") == (2, 1, 0)
-    assert release_tuple("x") == ()
+def test_version_tuple_reads_toolkit_versions() -> None:
+    assert version_tuple("2.3.2+81f21f4d") == (2, 3, 2)
+    assert version_tuple("v2.1.0b3") == (2, 1, 0)
+    assert version_tuple("x") == ()
 
 
 def test_model_inspect_prints_the_metadata(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -167,4 +168,4 @@ def test_real_toolkit2_output(tmp_path: Path) -> None:  # pragma: no cover - nee
     rknn.release()
     info = read_rknn(tmp_path / "relu.rknn")
     assert info.format_version >= 6 and info.target_platforms == ("rk3588",)
-    assert info.toolkit_version and release_tuple(info.toolkit_version) >= (1, 5)
+    assert info.toolkit_version and version_tuple(info.toolkit_version) >= (1, 5)
