@@ -20,8 +20,8 @@ from types import FrameType
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from rknnlaunch import DiscoveryError, RknnLaunchError, UnknownSocError, __version__
-from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec, discover, soc_by_name
+from rknnlaunch import RknnLaunchError, __version__
+from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec, soc_by_name
 
 from ._devices import DEFAULT_RESOURCE_NAME
 from ._metrics import MetricsServer, NpuCollector, build_registry
@@ -33,6 +33,7 @@ from ._nfd import (
     write_feature_file,
     write_textfile,
 )
+from ._node import discover_on_node
 from ._podresources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesClient
 from ._settings import (
     LOG_LEVELS,
@@ -141,19 +142,9 @@ class Discovery:
     def refresh(self) -> NpuInfo | None:
         error: RknnLaunchError | None = None
         try:
-            info: NpuInfo | None = discover(self.host, soc_hint=self.soc_hint)
-        except UnknownSocError as exc:
-            # The shared fix names the SDK's RKNN_NPU_SOC; here the knob is --soc.
-            info = None
-            error = UnknownSocError(exc.problem, f"pass --soc (env {ENV_PREFIX}SOC), e.g. --soc rk3588")
+            info: NpuInfo | None = discover_on_node(self.host, self.soc_hint, ENV_PREFIX)
         except RknnLaunchError as exc:
             info, error = None, exc
-        except OSError as exc:  # a racing driver unload can break a read mid-discovery
-            info = None
-            error = DiscoveryError(
-                f"cannot read the host under {self.host.root}: {exc}",
-                "retrying; check the --host-root mounts if this persists",
-            )
         with self._lock:
             before, self._info, self._error = self._info, info, error
         # Say what changed, not the same thing every interval.

@@ -13,12 +13,14 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from rknnlaunch import DiscoveryError, NpuNotFoundError, UnknownSocError
-from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec, discover
+from rknnlaunch import DiscoveryError
+from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec
 
 from ._devices import Mode, device_ids
 from ._events import PluginEvents
 from ._log import get_logger
+from ._node import discover_on_node
+from ._settings import ENV_PREFIX
 from ._watch import FolderWatcher
 
 _log = get_logger("health")
@@ -114,26 +116,14 @@ class ResourceManager:
         info: NpuInfo | None
         compatible: str | None = None
         try:
-            info = discover(self.host, soc_hint=self._soc_hint)
+            info = discover_on_node(self.host, self._soc_hint, ENV_PREFIX)
             missing = [path for path in info.device_paths if not os.path.exists(self.host.local(path))]
             error = f"device node(s) missing: {', '.join(missing)}" if missing else None
             # The DaemonSet mounts only the host's /sys: discovery then reads the file where the
             # /proc/device-tree link points, and reports that resolved host path.
             compatible = info.compatible_path
-        except UnknownSocError as exc:
-            # The shared fix names the SDK's RKNN_NPU_SOC; on the plugin the knob is --soc.
-            info, error = None, f"{exc.problem}\n  fix: pass --soc (env RKNPU_PLUGIN_SOC), e.g. --soc rk3588"
-        except NpuNotFoundError as exc:
-            # The shared fix speaks to a workload ("request rockchip.com/npu"); here the node's
-            # operator needs to know where we looked.
-            info, error = None, (
-                f"{exc.problem}\n  fix: load the rknpu driver on this node (`dmesg | grep -i rknpu`); in the "
-                f"DaemonSet, mount the host's /sys and /dev under --host-root (now {self.host.root})"
-            )
         except DiscoveryError as exc:
             info, error = None, str(exc)
-        except OSError as exc:  # a racing driver unload can break a read mid-discovery
-            info, error = None, f"cannot read the host: {exc}"
         with self._lock:
             if self._closed:
                 return False

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rknnlaunch.npu import DeviceNode, NpuInfo, soc_by_name
+from rknnlaunch.npu import DeviceNode, HostRoot, NpuInfo, soc_by_name
 from rknpu_device_plugin._devices import (
     AllocationError,
     cdi_spec,
@@ -159,3 +161,17 @@ def test_cdi_spec_lists_the_npu_nodes_and_the_compatible_mount() -> None:
     edits = device["containerEdits"]
     assert [n["path"] for n in edits["deviceNodes"]] == ["/dev/dri/card1", "/dev/dri/renderD129"]
     assert edits["mounts"][0]["containerPath"] == "/run/rknpu/compatible"
+
+
+def test_node_discovery_fixes_speak_to_the_operator(host_factory: Callable[[str], HostRoot]) -> None:
+    from rknnlaunch import NpuNotFoundError, UnknownSocError
+    from rknpu_device_plugin._node import discover_on_node
+
+    host = host_factory("no-npu")
+    with pytest.raises(NpuNotFoundError, match="--host-root"):
+        discover_on_node(host, None, "RKNPU_PLUGIN_")
+    host = host_factory("rk3588-drm")
+    (host.root / "proc/device-tree").unlink()
+    (host.root / "sys/firmware/devicetree/base/compatible").unlink()
+    with pytest.raises(UnknownSocError, match=r"--soc \(env RKNPU_EXPORTER_SOC\)"):
+        discover_on_node(host, None, "RKNPU_EXPORTER_")
