@@ -27,10 +27,10 @@ from .npu import (
     format_cores,
     mask_name,
     models_compatible,
+    read_compatible,
     rknnlite_mask,
     runnable_groups,
     soc_from_compatible,
-    split_compatible,
     version_tuple,
 )
 
@@ -316,16 +316,8 @@ def check_toolkit(toolkit_version: ToolkitVersion) -> CheckResult:
     )
 
 
-def _compatible_entries(host: HostRoot, path: str) -> tuple[str, ...]:
-    """The device-tree `compatible` strings in ``path`` under ``host`` (empty if unreadable)."""
-    try:
-        return split_compatible(host.read_bytes(path).decode("ascii", "replace"))
-    except OSError:
-        return ()
-
-
 def check_device_tree(settings: NpuSettings, host: HostRoot) -> CheckResult:
-    entries = _compatible_entries(host, COMPATIBLE_PATH)
+    entries = read_compatible(host, COMPATIBLE_PATH)
     if entries:
         return CheckResult(
             "device-tree",
@@ -336,7 +328,7 @@ def check_device_tree(settings: NpuSettings, host: HostRoot) -> CheckResult:
         )
     replacement = settings.compatible_file
     if replacement:
-        entries = _compatible_entries(host, replacement)
+        entries = read_compatible(host, replacement)
         if entries and soc_from_compatible("\0".join(entries)) is not None:
             return CheckResult(
                 "device-tree",

@@ -256,16 +256,23 @@ def discover(
     )
 
 
+def read_compatible(host: HostRoot, path: str) -> tuple[str, ...]:
+    """The device-tree `compatible` strings in the file at host path ``path`` (empty if unreadable)."""
+    try:
+        return split_compatible(host.read_bytes(path).decode("ascii", "replace"))
+    except OSError:
+        return ()
+
+
 def _read_compatible(host: HostRoot, paths: Iterable[str]) -> tuple[tuple[str, ...], str | None]:
     """The first readable `compatible` among ``paths`` and its host path, links resolved."""
     for path in paths:
-        try:
-            entries = split_compatible(host.read_bytes(path).decode("ascii", "replace"))
-            resolved = str(host.resolve(path))
-        except OSError:
-            continue
+        entries = read_compatible(host, path)
         if entries:
-            return entries, resolved
+            try:
+                return entries, str(host.resolve(path))
+            except OSError:
+                continue
     return (), None
 
 
