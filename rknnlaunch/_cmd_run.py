@@ -12,10 +12,11 @@ import sys
 from typing import Any
 
 from . import _dtcompat
-from ._doctor import overall, report_text, run_checks
+from ._doctor import Findings, overall, report_text, run_checks
 from ._errors import RknnLaunchError, UsageError
-from ._runtime import find_npu
+from ._runtime import NpuTarget, find_npu
 from ._settings import NpuSettings, load_settings, normalised_env
+from .npu import HostRoot
 
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
@@ -35,16 +36,25 @@ def add_parser(sub: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def child_environment(settings: NpuSettings, base: dict[str, str]) -> tuple[dict[str, str], str | None]:
-    """``base`` plus the normalised RKNN_NPU_* values and, when needed, the compatible-file shim."""
+def child_environment(
+    settings: NpuSettings, base: dict[str, str], checked: Findings | None = None
+) -> tuple[dict[str, str], str | None]:
+    """``base`` plus the normalised RKNN_NPU_* values and, when needed, the compatible-file shim.
+
+    ``checked``: what the preflight found (its NPU and allocation are reused, not discovered again).
+    """
     env = dict(base)
     description: str | None = None
-    try:
-        target = find_npu(settings)
-    except RknnLaunchError as exc:  # only reachable with --no-check: start anyway, env as given
-        if settings.injected or settings.soc or settings.device:
-            print(f"rknnlaunch: warning: RKNN_NPU_* passed on unchecked: {exc.problem}", file=sys.stderr)
-        target = None
+    target: NpuTarget | None
+    if checked is not None and checked.info is not None and checked.allocation is not None:
+        target = NpuTarget(HostRoot(settings.root), checked.info, checked.allocation)
+    else:
+        try:
+            target = find_npu(settings)
+        except RknnLaunchError as exc:  # only reachable with --no-check: start anyway, env as given
+            if settings.injected or settings.soc or settings.device:
+                print(f"rknnlaunch: warning: RKNN_NPU_* passed on unchecked: {exc.problem}", file=sys.stderr)
+            target = None
     if target is not None:
         env.update(normalised_env(settings, target.allocation, target.info))
         description = f"NPU {target.info.soc.name} {target.allocation.describe()}"
@@ -66,8 +76,10 @@ def run(args: argparse.Namespace) -> int:
     if not command:
         raise UsageError("`rknnlaunch run` needs a command to start", "rknnlaunch run -- python app.py")
     settings = load_settings()
+    checked: Findings | None = None
     if not args.no_check:
-        results = run_checks(settings)
+        checked = Findings()
+        results = run_checks(settings, found=checked)
         status = overall(results)
         if status == "fail":
             print(report_text(results, settings.root), file=sys.stderr)
@@ -80,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         for result in results:
             if result.status == "warn":
                 print(f"rknnlaunch: warning: {result.id}: {result.summary}", file=sys.stderr)
-    env, description = child_environment(settings, dict(os.environ))
+    env, description = child_environment(settings, dict(os.environ), checked)
     if description is not None and settings.log_level in ("debug", "info"):
         print(f"rknnlaunch: {description}; starting {' '.join(command)}", file=sys.stderr)
     sys.stdout.flush()

@@ -457,10 +457,11 @@ def run_checks(
     *,
     opener: DeviceOpener = open_device,
     toolkit_version: ToolkitVersion = installed_toolkit_version,
+    found: Findings | None = None,
 ) -> list[CheckResult]:
-    """Every check, in report order."""
+    """Every check, in report order. Pass ``found`` to keep what they discovered (`run` reuses it)."""
     host = HostRoot(settings.root)
-    found = Findings()
+    found = found if found is not None else Findings()
     results = [check_settings(settings_error), check_npu(settings, host, found)]
     results.append(check_allocation(settings, found))
     results.append(check_device_nodes(settings, host, found, opener))

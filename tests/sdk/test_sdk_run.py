@@ -181,3 +181,20 @@ def test_python_children_read_the_plugin_compatible_file(
     code, out, err = run(["--", sys.executable, "-c", probe], env)
     assert code == 0, err
     assert out.split("\n")[:4] == ["rockchip,rk3588", "radxa", "True ran", str(SHIM_DIR)]
+
+
+def test_run_reuses_what_the_preflight_discovered(
+    host_factory: Callable[[str], HostRoot], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rknnlaunch._cmd_run as cmd_run
+    from rknnlaunch._doctor import Findings, run_checks
+    from rknnlaunch._settings import load_settings
+
+    host = host_factory("rk3588-drm")
+    settings = load_settings({"RKNNLAUNCH_ROOT": str(host.root), "RKNN_NPU_CORE_MASK": "3"})
+    checked = Findings()
+    run_checks(settings, found=checked)
+    monkeypatch.setattr(cmd_run, "find_npu", lambda _settings: pytest.fail("discovered the NPU twice"))
+    env, description = cmd_run.child_environment(settings, {}, checked)
+    assert (env["RKNN_NPU_CORE_MASK"], env["RKNN_NPU_CORES"], env["RKNN_NPU_SOC"]) == ("3", "0,1", "rk3588")
+    assert description is not None and "cores 0,1" in description
