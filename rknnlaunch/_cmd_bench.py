@@ -28,7 +28,7 @@ from ._settings import NpuSettings, load_settings
 from ._version import __version__
 from .npu import HostRoot, format_cores, runnable_core_sets
 from .yolo import read_image
-from .yolo._model import ModelPipeline, resolve_model
+from .yolo._model import ModelPipeline, resolve_model, sha256
 
 CPU_DEFAULTS = (3, 20)
 """(warm-up, iterations) on the CPU: the README's first command must finish quickly on 2 cores."""
@@ -292,7 +292,7 @@ def execute(
             },
             "npu": npu,
             "runtime": versions,
-            "model": meta,
+            "model": {**meta, "sha256": sha256(the_plan.model)},
             "image": {"source": image_source, "width": int(image.shape[1]), "height": int(image.shape[0])},
             "settings": {
                 "warmup": warmup,

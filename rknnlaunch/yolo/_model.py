@@ -58,12 +58,15 @@ def sha256(path: Path) -> str:
 
 
 def model_metadata(path: Path) -> dict[str, Any]:
-    """Format, size, hash, tensors and the exporter's metadata of an .onnx or .rknn file."""
+    """Format, size, tensors and the exporter's metadata of an .onnx or .rknn file.
+
+    No hash: reading a whole model to hash it is for reports (the bench's JSON adds `sha256`),
+    not for every start of `detect` or an app.
+    """
     info: dict[str, Any] = {
         "path": str(path),
         "file": path.name,
         "size_bytes": path.stat().st_size,
-        "sha256": sha256(path),
     }
     if path.suffix.lower() == ".onnx":
         info["format"] = "onnx"

@@ -4,6 +4,7 @@ path with the real YOLOv8s ONNX (skipped when not installed), and its error mess
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.metadata
 import io
 import json
@@ -66,6 +67,7 @@ def test_npu_bench_covers_every_runnable_core_set_and_the_pool(rk3588: tuple[Hos
         "version_line": "librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)",
     }
     assert doc["model"]["format"] == "rknn" and doc["model"]["target_platforms"] == ["rk3588"]
+    assert doc["model"]["sha256"] == hashlib.sha256(model.read_bytes()).hexdigest()
     assert doc["settings"]["pad_value"] == 0 and doc["settings"]["warmup"] == 2
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Every context got its pinned mask (never AUTO), one per case, all released.
