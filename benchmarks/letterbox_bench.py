@@ -41,8 +41,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         boxer(frame)
         times.append((time.perf_counter_ns() - start) / 1e6)
     median = statistics.median(times)
-    print(f"letterbox {args.width}x{args.height} -> {args.size}x{args.size} (reused buffer): "
-          f"median {median:.3f} ms  p90 {float(np.percentile(times, 90)):.3f} ms  (n={len(times)})")
+    print(
+        f"letterbox {args.width}x{args.height} -> {args.size}x{args.size} (reused buffer): "
+        f"median {median:.3f} ms  p90 {float(np.percentile(times, 90)):.3f} ms  (n={len(times)})"
+    )
     print(f"target: <= 2 ms -> {'PASS' if median <= 2.0 else 'FAIL'}")
     return 0 if median <= 2.0 else 1
 

@@ -108,7 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         kubelet.fake.set(assignments)
         child = subprocess.Popen(
             [sys.executable, __file__, "--serve", str(host.root), kubelet.socket_path],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         try:
             assert child.stdout is not None and child.stdin is not None

@@ -123,8 +123,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         np.testing.assert_allclose(got.scores, want.scores, rtol=0, atol=1e-6)
         np.testing.assert_allclose(got.boxes, want.boxes, rtol=0, atol=1e-3)
         total += len(got)
-    print(f"frames: {len(frames)} x 80-class 640x640 rknn-9, {args.objects} objects each; "
-          f"identical detections: {total} in total ({total / len(frames):.1f} per frame)")
+    print(
+        f"frames: {len(frames)} x 80-class 640x640 rknn-9, {args.objects} objects each; "
+        f"identical detections: {total} in total ({total / len(frames):.1f} per frame)"
+    )
     for _ in range(3):  # warm-up of both, interleaved so neither gets a cold cache advantage
         fast(frames[0])
         straightforward(frames[0])
@@ -154,8 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 times.append((time.perf_counter_ns() - start) / 1e6)
         print(f"{name:<22} median {statistics.median(times):7.3f} ms  (information only)")
     speedup = ref_med / fast_med
-    print(f"speed-up: {speedup:.1f}x   target: <= 1.5 ms and >= 3x -> "
-          f"{'PASS' if fast_med <= 1.5 and speedup >= 3 else 'FAIL'}")
+    print(
+        f"speed-up: {speedup:.1f}x   target: <= 1.5 ms and >= 3x -> "
+        f"{'PASS' if fast_med <= 1.5 and speedup >= 3 else 'FAIL'}"
+    )
     return 0 if fast_med <= 1.5 and speedup >= 3 else 1
 
 

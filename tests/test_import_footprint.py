@@ -33,6 +33,9 @@ def test_package_imports_without_heavy_dependencies(module: str, blocked: list[s
 def test_no_generic_top_level_plugin_package() -> None:
     result = subprocess.run(
         [sys.executable, "-c", "import importlib.util as u; print(u.find_spec('plugin'))"],
-        capture_output=True, text=True, cwd="/", timeout=60,
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=60,
     )
     assert result.stdout.strip() == "None"

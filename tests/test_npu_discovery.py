@@ -33,18 +33,24 @@ class Expected:
 
 
 CASES: dict[str, Expected] = {
-    "rk3588-drm": Expected("rk3588", 3, "drm", ("/dev/dri/card1", "/dev/dri/renderD129"),
-                           "/dev/dri/renderD129", "0.9.8", True),
-    "rk3588-render128": Expected("rk3588", 3, "drm", ("/dev/dri/card0", "/dev/dri/renderD128"),
-                                 "/dev/dri/renderD128", "0.9.8", True),
-    "rk3588-misc": Expected("rk3588", 3, "misc", ("/dev/rknpu", "/dev/dma_heap/system"),
-                            "/dev/rknpu", "0.9.6", False),
-    "rk3576": Expected("rk3576", 2, "drm", ("/dev/dri/card1", "/dev/dri/renderD129"),
-                       "/dev/dri/renderD129", "0.9.7", True),
-    "rk3568": Expected("rk3568", 1, "drm", ("/dev/dri/card1", "/dev/dri/renderD129"),
-                       "/dev/dri/renderD129", "0.8.2", True),
-    "debugfs-unreadable": Expected("rk3588", 3, "drm", ("/dev/dri/card1", "/dev/dri/renderD129"),
-                                   "/dev/dri/renderD129", "0.9.8", False),
+    "rk3588-drm": Expected(
+        "rk3588", 3, "drm", ("/dev/dri/card1", "/dev/dri/renderD129"), "/dev/dri/renderD129", "0.9.8", True
+    ),
+    "rk3588-render128": Expected(
+        "rk3588", 3, "drm", ("/dev/dri/card0", "/dev/dri/renderD128"), "/dev/dri/renderD128", "0.9.8", True
+    ),
+    "rk3588-misc": Expected(
+        "rk3588", 3, "misc", ("/dev/rknpu", "/dev/dma_heap/system"), "/dev/rknpu", "0.9.6", False
+    ),
+    "rk3576": Expected(
+        "rk3576", 2, "drm", ("/dev/dri/card1", "/dev/dri/renderD129"), "/dev/dri/renderD129", "0.9.7", True
+    ),
+    "rk3568": Expected(
+        "rk3568", 1, "drm", ("/dev/dri/card1", "/dev/dri/renderD129"), "/dev/dri/renderD129", "0.8.2", True
+    ),
+    "debugfs-unreadable": Expected(
+        "rk3588", 3, "drm", ("/dev/dri/card1", "/dev/dri/renderD129"), "/dev/dri/renderD129", "0.9.8", False
+    ),
 }
 
 

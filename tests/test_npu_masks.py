@@ -62,8 +62,25 @@ def test_parse_mask_accepts_every_documented_form(text: str, mask: int) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", " ", "abc", "0x", "0b2", "-1", "0x10000", "65536", "0,0", "0,,1", "0,1,", "NPU_CORE_", "NPU_CORE_X",
-     "1.5", "\uff13", "0_16", "0 1"],
+    [
+        "",
+        " ",
+        "abc",
+        "0x",
+        "0b2",
+        "-1",
+        "0x10000",
+        "65536",
+        "0,0",
+        "0,,1",
+        "0,1,",
+        "NPU_CORE_",
+        "NPU_CORE_X",
+        "1.5",
+        "\uff13",
+        "0_16",
+        "0 1",
+    ],
 )
 def test_parse_mask_rejects_garbage_with_a_fix(text: str) -> None:
     with pytest.raises(MaskError) as err:
@@ -107,8 +124,13 @@ def test_soc_from_compatible(compatible: bytes, name: str | None) -> None:
 
 @pytest.mark.parametrize(
     ("soc_name", "cores", "mask_limit", "settable"),
-    [("rk3588", 3, 0x7, True), ("rk3576", 2, 0x3, True), ("rk3568", 1, 0x1, False), ("rk3566", 1, 0x1, False),
-     ("rk3562", 1, 0x1, False)],
+    [
+        ("rk3588", 3, 0x7, True),
+        ("rk3576", 2, 0x3, True),
+        ("rk3568", 1, 0x1, False),
+        ("rk3566", 1, 0x1, False),
+        ("rk3562", 1, 0x1, False),
+    ],
 )
 def test_soc_table(soc_name: str, cores: int, mask_limit: int, settable: bool) -> None:
     soc = soc_by_name(soc_name)
@@ -119,10 +141,24 @@ def test_soc_table(soc_name: str, cores: int, mask_limit: int, settable: bool) -
 @pytest.mark.parametrize(
     ("soc_name", "requested", "effective"),
     [
-        ("rk3588", 1, 1), ("rk3588", 2, 2), ("rk3588", 4, 4), ("rk3588", 3, 3), ("rk3588", 7, 7),
-        ("rk3588", ALL, 7), ("rk3588", 5, None), ("rk3588", 6, None), ("rk3588", 8, None),
-        ("rk3576", 1, 1), ("rk3576", 3, 3), ("rk3576", 4, 1), ("rk3576", 7, 3), ("rk3576", 5, None),
-        ("rk3568", 0, 0), ("rk3568", 1, None), ("rk3566", 1, None), ("rk3562", 0, 0),
+        ("rk3588", 1, 1),
+        ("rk3588", 2, 2),
+        ("rk3588", 4, 4),
+        ("rk3588", 3, 3),
+        ("rk3588", 7, 7),
+        ("rk3588", ALL, 7),
+        ("rk3588", 5, None),
+        ("rk3588", 6, None),
+        ("rk3588", 8, None),
+        ("rk3576", 1, 1),
+        ("rk3576", 3, 3),
+        ("rk3576", 4, 1),
+        ("rk3576", 7, 3),
+        ("rk3576", 5, None),
+        ("rk3568", 0, 0),
+        ("rk3568", 1, None),
+        ("rk3566", 1, None),
+        ("rk3562", 0, 0),
     ],
 )
 def test_runtime_mask_rules(soc_name: str, requested: int, effective: int | None) -> None:

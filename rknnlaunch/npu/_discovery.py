@@ -297,8 +297,10 @@ def _find_nodes(host: HostRoot, looked_at: list[str]) -> tuple[tuple[DeviceNode,
     looked_at.append("/sys/class/drm/*/device/driver")
     drm: list[DeviceNode] = []
     for name in host.listdir("/sys/class/drm"):
-        role: NodeRole | None = "card" if re.fullmatch(r"card\d+", name) else (
-            "render" if re.fullmatch(r"renderD\d+", name) else None
+        role: NodeRole | None = (
+            "card"
+            if re.fullmatch(r"card\d+", name)
+            else ("render" if re.fullmatch(r"renderD\d+", name) else None)
         )
         if role is None:
             continue

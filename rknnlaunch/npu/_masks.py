@@ -172,9 +172,7 @@ def rknnlite_mask(soc: SocSpec, cores: Iterable[int], core_count: int | None = N
     return cores_to_mask(core_set)
 
 
-def runnable_groups(
-    soc: SocSpec, cores: Iterable[int], core_count: int | None = None
-) -> tuple[CoreSet, ...]:
+def runnable_groups(soc: SocSpec, cores: Iterable[int], core_count: int | None = None) -> tuple[CoreSet, ...]:
     """Split ``cores`` into the fewest groups that each run as one context: {0,2} -> {0}, {2}.
 
     Groups come out ordered by their lowest core. A set that is runnable as is stays whole.

@@ -40,16 +40,20 @@ _RK3576_MASKS = ((0, 0), (1, 1), (2, 2), (3, 3), (4, 1), (7, 3))
 _SINGLE_CORE_MASKS = ((0, 0),)
 
 SOCS: tuple[SocSpec, ...] = (
-    SocSpec("rk3588", ("rockchip,rk3588", "rockchip,rk3588s"), 3, 0x7, True, "fdab0000.npu",
-            "RKNPU2-V2", _RK3588_MASKS),
-    SocSpec("rk3576", ("rockchip,rk3576",), 2, 0x3, True, "27700000.npu", "RKNPU2-F2",
-            _RK3576_MASKS),
-    SocSpec("rk3568", ("rockchip,rk3568",), 1, 0x1, False, "fde40000.npu", "RKNPU2-LITE",
-            _SINGLE_CORE_MASKS),
-    SocSpec("rk3566", ("rockchip,rk3566",), 1, 0x1, False, "fde40000.npu", "RKNPU2-LITE",
-            _SINGLE_CORE_MASKS),
-    SocSpec("rk3562", ("rockchip,rk3562",), 1, 0x1, False, None, "RKNPU2-LITE-3562",
-            _SINGLE_CORE_MASKS),
+    SocSpec(
+        "rk3588",
+        ("rockchip,rk3588", "rockchip,rk3588s"),
+        3,
+        0x7,
+        True,
+        "fdab0000.npu",
+        "RKNPU2-V2",
+        _RK3588_MASKS,
+    ),
+    SocSpec("rk3576", ("rockchip,rk3576",), 2, 0x3, True, "27700000.npu", "RKNPU2-F2", _RK3576_MASKS),
+    SocSpec("rk3568", ("rockchip,rk3568",), 1, 0x1, False, "fde40000.npu", "RKNPU2-LITE", _SINGLE_CORE_MASKS),
+    SocSpec("rk3566", ("rockchip,rk3566",), 1, 0x1, False, "fde40000.npu", "RKNPU2-LITE", _SINGLE_CORE_MASKS),
+    SocSpec("rk3562", ("rockchip,rk3562",), 1, 0x1, False, None, "RKNPU2-LITE-3562", _SINGLE_CORE_MASKS),
 )
 
 _BY_COMPATIBLE = {compat: soc for soc in SOCS for compat in soc.compatibles}

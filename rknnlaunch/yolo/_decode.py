@@ -174,9 +174,7 @@ def _decode_rknn(
     return _Candidates(np.concatenate(boxes), np.concatenate(scores), np.concatenate(classes))
 
 
-def _decode_ultralytics(
-    output: Tensor, conf_threshold: float, quant: Quant | None
-) -> _Candidates:
+def _decode_ultralytics(output: Tensor, conf_threshold: float, quant: Quant | None) -> _Candidates:
     table = output.reshape(output.shape[-2], output.shape[-1])
     if table.shape[0] > table.shape[1]:  # [N, 4 + nc] exports: view it as [4 + nc, N]
         table = table.T
@@ -229,9 +227,7 @@ class YoloDecoder:
         self.layout = layout
         self.quant = None if quant is None else tuple(quant)
 
-    def __call__(
-        self, outputs: Sequence[Tensor], info: LetterboxInfo | None = None
-    ) -> Detections:
+    def __call__(self, outputs: Sequence[Tensor], info: LetterboxInfo | None = None) -> Detections:
         outputs = list(outputs)
         layout = self.layout or detect_layout([tuple(o.shape) for o in outputs])
         quant: Sequence[Quant | None] = self.quant if self.quant is not None else (None,) * len(outputs)
@@ -256,9 +252,7 @@ class YoloDecoder:
                 input_width, input_height = info.input_width, info.input_height
             else:  # no letterbox info: the largest grid is stride 8
                 input_height, input_width = outputs[0].shape[2] * 8, outputs[0].shape[3] * 8
-            found = _decode_rknn(
-                outputs, per_branch, input_width, input_height, self.conf_threshold, quant
-            )
+            found = _decode_rknn(outputs, per_branch, input_width, input_height, self.conf_threshold, quant)
         keep = nms(found.boxes, found.scores, found.class_ids, self.iou_threshold, self.max_detections)
         boxes = found.boxes[keep]
         if info is not None:

@@ -24,9 +24,7 @@ def _size_pair(size: int | tuple[int, int]) -> tuple[int, int]:
     return int(width), int(height)
 
 
-def geometry(
-    source_width: int, source_height: int, input_width: int, input_height: int
-) -> LetterboxInfo:
+def geometry(source_width: int, source_height: int, input_width: int, input_height: int) -> LetterboxInfo:
     """Where a source image of this size goes in the input: scaled to fit, centred."""
     ratio = min(input_width / source_width, input_height / source_height)
     new_width = min(input_width, max(1, round(source_width * ratio)))
@@ -108,8 +106,10 @@ def letterbox(
 
 def _as_bgr(image: Any, cv2: Any) -> npt.NDArray[np.uint8]:
     if not isinstance(image, np.ndarray):
-        raise UsageError(f"expected an image as a numpy array, got {type(image).__name__}",
-                         "decode it first, e.g. cv2.imread(path)")
+        raise UsageError(
+            f"expected an image as a numpy array, got {type(image).__name__}",
+            "decode it first, e.g. cv2.imread(path)",
+        )
     if image.dtype != np.uint8:
         raise UsageError(f"image has dtype {image.dtype}, expected uint8", "pass an 8-bit image")
     if image.ndim == 2:
@@ -117,6 +117,8 @@ def _as_bgr(image: Any, cv2: Any) -> npt.NDArray[np.uint8]:
     if image.ndim == 3 and image.shape[2] == 4:
         return np.asarray(cv2.cvtColor(image, cv2.COLOR_BGRA2BGR))
     if image.ndim != 3 or image.shape[2] != 3 or image.shape[0] == 0 or image.shape[1] == 0:
-        raise UsageError(f"image has shape {image.shape}, expected H x W x 3 (BGR)",
-                         "pass one decoded colour image (no batch dimension)")
+        raise UsageError(
+            f"image has shape {image.shape}, expected H x W x 3 (BGR)",
+            "pass one decoded colour image (no batch dimension)",
+        )
     return image

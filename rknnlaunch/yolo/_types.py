@@ -24,9 +24,7 @@ class Detections:
 
     @classmethod
     def empty(cls) -> Detections:
-        return cls(
-            np.zeros((0, 4), np.float32), np.zeros((0,), np.float32), np.zeros((0,), np.int64)
-        )
+        return cls(np.zeros((0, 4), np.float32), np.zeros((0,), np.float32), np.zeros((0,), np.int64))
 
 
 @dataclass(frozen=True)

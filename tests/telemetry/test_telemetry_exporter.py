@@ -68,8 +68,17 @@ def test_bad_settings_are_usage_errors(
 def test_once_writes_both_files(host_factory: Callable[[str], HostRoot], tmp_path: Path) -> None:
     host = host_factory("rk3588-drm")
     nfd, textfile = tmp_path / "features.d", tmp_path / "textfile"
-    argv = ["--once", "--host-root", str(host.root), "--nfd-dir", str(nfd), "--textfile-dir", str(textfile),
-            "--pod-resources-socket", ""]
+    argv = [
+        "--once",
+        "--host-root",
+        str(host.root),
+        "--nfd-dir",
+        str(nfd),
+        "--textfile-dir",
+        str(textfile),
+        "--pod-resources-socket",
+        "",
+    ]
     assert main(argv) == 0
     feature_text = (nfd / "rknpu").read_text()
     assert "+expiry-time" not in feature_text  # one-shot labels do not expire
@@ -109,8 +118,16 @@ def test_periodic_labels_expire(host_factory: Callable[[str], HostRoot], tmp_pat
     host = host_factory("rk3576")
     now = datetime(2026, 11, 30, 2, 0, tzinfo=timezone.utc)
     settings = parse_settings(
-        ["--host-root", str(host.root), "--nfd-dir", str(tmp_path), "--interval", "120",
-         "--pod-resources-socket", ""]
+        [
+            "--host-root",
+            str(host.root),
+            "--nfd-dir",
+            str(tmp_path),
+            "--interval",
+            "120",
+            "--pod-resources-socket",
+            "",
+        ]
     )
     exporter = Exporter(settings, now=lambda: now)
     try:
@@ -166,8 +183,20 @@ def test_exporter_process_serves_and_writes(
     nfd, textfile = tmp_path / "features.d", tmp_path / "textfile"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RKNPU_EXPORTER_")}
     env["RKNPU_EXPORTER_POD_RESOURCES_SOCKET"] = pod_resources.socket_path
-    argv = ["-m", "rknpu_device_plugin._exporter", "--host-root", str(host.root), "--metrics-address",
-            "127.0.0.1:0", "--nfd-dir", str(nfd), "--textfile-dir", str(textfile), "--interval", "0.2"]
+    argv = [
+        "-m",
+        "rknpu_device_plugin._exporter",
+        "--host-root",
+        str(host.root),
+        "--metrics-address",
+        "127.0.0.1:0",
+        "--nfd-dir",
+        str(nfd),
+        "--textfile-dir",
+        str(textfile),
+        "--interval",
+        "0.2",
+    ]
     with _serving_process(argv, env) as (proc, url):
         with urllib.request.urlopen(url, timeout=5) as response:
             page = response.read().decode()
@@ -181,8 +210,10 @@ def test_exporter_process_serves_and_writes(
         # The textfile follows the driver from one interval to the next.
         load = host.root / "sys/kernel/debug/rknpu/load"
         load.write_text("NPU load:  Core0: 0%, Core1:  42%, Core2: 0%,\n")
-        _wait_for(lambda: 'rknpu_core_load_ratio{core="1"} 0.42' in (textfile / "rknpu.prom").read_text(),
-                  "the textfile to show the new load")
+        _wait_for(
+            lambda: 'rknpu_core_load_ratio{core="1"} 0.42' in (textfile / "rknpu.prom").read_text(),
+            "the textfile to show the new load",
+        )
 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
@@ -197,9 +228,18 @@ def test_plugin_process_serves_its_metrics(
     plugin_dir.mkdir()
     pod_resources.fake.set([Assignment("vision", "yolo", "infer", ["npu-core-0"])])
     env = {k: v for k, v in os.environ.items() if not k.startswith("RKNPU_PLUGIN_")}
-    argv = ["-m", "rknpu_device_plugin", "--host-root", str(host.root), "--device-plugin-dir",
-            str(plugin_dir), "--metrics-address", "127.0.0.1:0", "--pod-resources-socket",
-            pod_resources.socket_path]
+    argv = [
+        "-m",
+        "rknpu_device_plugin",
+        "--host-root",
+        str(host.root),
+        "--device-plugin-dir",
+        str(plugin_dir),
+        "--metrics-address",
+        "127.0.0.1:0",
+        "--pod-resources-socket",
+        pod_resources.socket_path,
+    ]
     with _serving_process(argv, env) as (proc, url):
 
         def page() -> dict[str, list[Sample]]:

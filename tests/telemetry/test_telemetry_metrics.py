@@ -76,8 +76,12 @@ def test_load_and_frequency_follow_the_files_between_scrapes(rk3588: tuple[HostR
     assert named(first, "rknpu_discovered") == {(): 1.0}
     assert named(first, "rknpu_cores") == {(): 3.0}
     assert named(first, "rknpu_info") == {
-        (("driver_kind", "drm"), ("driver_version", "0.9.8"), ("npu_family", "RKNPU2-V2"), ("soc", "rk3588")):
-        1.0
+        (
+            ("driver_kind", "drm"),
+            ("driver_version", "0.9.8"),
+            ("npu_family", "RKNPU2-V2"),
+            ("soc", "rk3588"),
+        ): 1.0
     }
 
     # The driver's real format: double spaces, trailing comma.
@@ -87,7 +91,8 @@ def test_load_and_frequency_follow_the_files_between_scrapes(rk3588: tuple[HostR
     assert load_by_core(second) == {"0": 0.37, "1": 0.05, "2": 1.0}
     assert named(second, "rknpu_frequency_hertz") == {(): 8e8}
     assert named(second, "rknpu_driver_parse_failures_total") == {
-        (("file", "freq"),): 0.0, (("file", "load"),): 0.0,
+        (("file", "freq"),): 0.0,
+        (("file", "load"),): 0.0,
     }
 
 
@@ -109,7 +114,8 @@ def test_garbage_is_counted_in_its_own_counter(rk3588: tuple[HostRoot, NpuInfo])
     set_file(host, FREQ, "99999999999999\n")  # 100 THz: a garbled read, not a clock
     second = scrape_collector(collector)
     assert named(second, "rknpu_driver_parse_failures_total") == {
-        (("file", "freq"),): 2.0, (("file", "load"),): 2.0,
+        (("file", "freq"),): 2.0,
+        (("file", "load"),): 2.0,
     }
     # Readable but unparsable is not "unreadable": the two gauges tell the cases apart.
     assert named(second, "rknpu_driver_file_readable") == {(("file", "freq"),): 1.0, (("file", "load"),): 1.0}
@@ -136,9 +142,17 @@ def test_misc_build_reads_proc_rknpu(host_factory: Callable[[str], HostRoot]) ->
     set_file(host, "/proc/rknpu/load", "NPU load:  Core0:  4%, Core1:  0%, Core2:  0%,\n")
     found = scrape_collector(NpuCollector(host, lambda: info))
     assert load_by_core(found) == {"0": 0.04, "1": 0.0, "2": 0.0}
-    assert named(found, "rknpu_info")[
-        (("driver_kind", "misc"), ("driver_version", "0.9.6"), ("npu_family", "RKNPU2-V2"), ("soc", "rk3588"))
-    ] == 1.0
+    assert (
+        named(found, "rknpu_info")[
+            (
+                ("driver_kind", "misc"),
+                ("driver_version", "0.9.6"),
+                ("npu_family", "RKNPU2-V2"),
+                ("soc", "rk3588"),
+            )
+        ]
+        == 1.0
+    )
 
 
 def test_unreadable_debugfs_is_said_once_and_the_rest_exported(
@@ -221,7 +235,8 @@ def test_plugin_events_become_counters() -> None:
     assert named(found, "rknpu_allocation_errors_total") == {(): 1.0}
     # The health map is replaced, not merged.
     assert named(found, "rknpu_device_healthy") == {
-        (("device", "npu-core-0"),): 0.0, (("device", "npu-core-1"),): 1.0,
+        (("device", "npu-core-0"),): 0.0,
+        (("device", "npu-core-1"),): 1.0,
     }
 
 

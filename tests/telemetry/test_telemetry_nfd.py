@@ -27,8 +27,10 @@ from rknpu_device_plugin._nfd import (
 
 NS = LABEL_NAMESPACE
 # Kubernetes' label grammar: qualified name (prefix/name) and value.
-LABEL_NAME = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                        r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+LABEL_NAME = re.compile(
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 
@@ -54,8 +56,16 @@ def test_rk3588_feature_file(host_factory: Callable[[str], HostRoot]) -> None:
     [
         ("rk3588-misc", {"soc": "rk3588", "cores": "3", "runtime-mode": "misc", "driver-version": "0.9.6"}),
         ("rk3576", {"soc": "rk3576", "cores": "2", "runtime-mode": "drm", "core-mask": "pinned"}),
-        ("rk3568", {"soc": "rk3568", "cores": "1", "core-mask": "auto-only", "driver-version": "0.8.2",
-                    "npu-family": "RKNPU2-LITE"}),
+        (
+            "rk3568",
+            {
+                "soc": "rk3568",
+                "cores": "1",
+                "core-mask": "auto-only",
+                "driver-version": "0.8.2",
+                "npu-family": "RKNPU2-LITE",
+            },
+        ),
     ],
 )
 def test_feature_file_per_board(

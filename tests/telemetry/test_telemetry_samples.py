@@ -24,8 +24,12 @@ def exported_names() -> set[str]:
     render = DeviceNode("/dev/dri/renderD129", "render")
     info = NpuInfo(SOCS[0], ("rockchip,rk3588",), 3, "test", "drm", (render,))
     reading = NpuReading(
-        info=info, load=(0.1, 0.2, 0.3), frequency_hz=10**9, readable={"load": True, "freq": True},
-        holders=(CoreHolder(0, "ns", "pod", "c"),), pod_resources_up=True,
+        info=info,
+        load=(0.1, 0.2, 0.3),
+        frequency_hz=10**9,
+        readable={"load": True, "freq": True},
+        holders=(CoreHolder(0, "ns", "pod", "c"),),
+        pod_resources_up=True,
     )
 
     class Everything:

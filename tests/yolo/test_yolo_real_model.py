@@ -49,12 +49,17 @@ def by_hand(model: str, image: np.ndarray, conf: float = 0.25, iou: float = 0.45
     for cx, cy, bw, bh, *scores in table.tolist():
         cls = int(np.argmax(scores))
         if scores[cls] >= conf:
-            box = [(cx - bw / 2 - left) / (nw / w), (cy - bh / 2 - top) / (nh / h),
-                   (cx + bw / 2 - left) / (nw / w), (cy + bh / 2 - top) / (nh / h)]
+            box = [
+                (cx - bw / 2 - left) / (nw / w),
+                (cy - bh / 2 - top) / (nh / h),
+                (cx + bw / 2 - left) / (nw / w),
+                (cy + bh / 2 - top) / (nh / h),
+            ]
             rows.append([*box, scores[cls], cls])
     rows.sort(key=lambda row: -row[4])
     kept: list[list[float]] = []
     for row in rows:
+
         def overlap(other: list[float], row: list[float] = row) -> float:
             iw = max(0.0, min(row[2], other[2]) - max(row[0], other[0]))
             ih = max(0.0, min(row[3], other[3]) - max(row[1], other[1]))
