@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 from rknnlaunch import RknnLaunchError, UsageError, __version__
 from rknnlaunch.npu import HostRoot, soc_by_name
 
-from ._devices import cdi_spec
 from ._events import NullEvents, PluginEvents
 from ._files import write_atomic
 from ._log import get_logger, setup_logging
 from ._settings import PluginSettings, build_parser, settings_from
+from .devices._policy import cdi_spec
 
 if TYPE_CHECKING:
-    from ._resources import ResourceManager
+    from .devices._manager import ResourceManager
 
 SHUTDOWN_JOIN_SECONDS = 1.5
 _log = get_logger()
@@ -59,9 +59,9 @@ def run(settings: PluginSettings) -> int:
     # would break --log-format json; keep its errors. Must be set before grpc is imported.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     # gRPC is imported here, not at module level, so `--help` and bad settings answer fast.
-    from ._lifecycle import Endpoint, Supervisor
-    from ._resources import ResourceManager
-    from ._service import DevicePluginService
+    from .devices._manager import ResourceManager
+    from .kubelet._lifecycle import Endpoint, Supervisor
+    from .kubelet._service import DevicePluginService
 
     host = HostRoot(settings.host_root)
     stop = threading.Event()
@@ -164,7 +164,7 @@ def run(settings: PluginSettings) -> int:
 def _metrics_module() -> Any:
     """The telemetry helper's metrics module, imported lazily (prometheus-client is optional)."""
     try:
-        return importlib.import_module("rknpu_device_plugin._metrics")
+        return importlib.import_module("rknpu_device_plugin.telemetry._http")
     except ImportError as exc:
         raise UsageError(
             f"--metrics-address is set but metrics are unavailable: {exc}",

@@ -14,8 +14,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from rknnlaunch import UsageError
 from rknnlaunch.npu import SOCS, soc_by_name
 
-from ._devices import DEFAULT_RESOURCE_NAME
-from ._podresources import DEFAULT_POD_RESOURCES_SOCKET
+from .devices._policy import DEFAULT_RESOURCE_NAME
+from .telemetry._podresources import DEFAULT_POD_RESOURCES_SOCKET
 
 ENV_PREFIX = "RKNPU_PLUGIN_"
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rknnlaunch.npu import DeviceNode, HostRoot, NpuInfo, soc_by_name
-from rknpu_device_plugin._devices import (
+from rknpu_device_plugin.devices._policy import (
     AllocationError,
     cdi_spec,
     check_request,
@@ -165,7 +165,7 @@ def test_cdi_spec_lists_the_npu_nodes_and_the_compatible_mount() -> None:
 
 def test_node_discovery_fixes_speak_to_the_operator(host_factory: Callable[[str], HostRoot]) -> None:
     from rknnlaunch import NpuNotFoundError, UnknownSocError
-    from rknpu_device_plugin._node import discover_on_node
+    from rknpu_device_plugin.devices._discovery import discover_on_node
 
     host = host_factory("no-npu")
     with pytest.raises(NpuNotFoundError, match="--host-root"):

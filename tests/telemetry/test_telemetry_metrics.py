@@ -19,14 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from fakehost import write
 from rknnlaunch import UsageError
 from rknnlaunch.npu import HostRoot, NpuInfo, discover
-from rknpu_device_plugin._metrics import (
-    NpuCollector,
-    PluginMetrics,
-    build_registry,
-    parse_address,
-    start_metrics_server,
-)
-from rknpu_device_plugin._nfd import textfile_text
+from rknpu_device_plugin.telemetry._collector import NpuCollector, build_registry
+from rknpu_device_plugin.telemetry._http import parse_address, start_metrics_server
+from rknpu_device_plugin.telemetry._nfd import textfile_text
+from rknpu_device_plugin.telemetry._sink import PluginMetrics
 
 LOAD = "/sys/kernel/debug/rknpu/load"
 FREQ = "/sys/kernel/debug/rknpu/freq"
@@ -164,7 +160,7 @@ def test_unreadable_debugfs_is_said_once_and_the_rest_exported(
     metrics.health_changed({"npu-core-0": True, "npu-core-1": True, "npu-core-2": False})
     collector = NpuCollector(host, lambda: info)
     registry = build_registry(collector, metrics, process_metrics=False)
-    with caplog.at_level(logging.WARNING, logger="rknpu_device_plugin._metrics"):
+    with caplog.at_level(logging.WARNING, logger="rknpu_device_plugin.telemetry._collector"):
         first = samples(textfile_text(registry))
         second = samples(textfile_text(registry))
     said = [r for r in caplog.records if "permission denied" in r.getMessage()]

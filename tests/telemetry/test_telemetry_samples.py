@@ -9,9 +9,10 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from rknnlaunch.npu import SOCS, DeviceNode, NpuInfo
-from rknpu_device_plugin._metrics import NpuReading, PluginCounts, npu_families, plugin_families
-from rknpu_device_plugin._nfd import textfile_text
-from rknpu_device_plugin._podresources import CoreHolder
+from rknpu_device_plugin.telemetry._collector import NpuReading, npu_families
+from rknpu_device_plugin.telemetry._nfd import textfile_text
+from rknpu_device_plugin.telemetry._podresources import CoreHolder
+from rknpu_device_plugin.telemetry._sink import PluginCounts, plugin_families
 
 MONITORING = Path(__file__).resolve().parents[2] / "samples" / "monitoring"
 METRIC = re.compile(r"\brknpu_[a-z_]+\b")

@@ -22,7 +22,7 @@ from prometheus_client.exposition import generate_latest
 
 from rknnlaunch.npu import NpuInfo
 
-from ._files import write_atomic
+from .._files import write_atomic
 
 DEFAULT_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 FEATURE_FILE_NAME = "rknpu"

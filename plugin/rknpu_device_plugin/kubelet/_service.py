@@ -7,7 +7,12 @@ from collections.abc import Iterator
 
 import grpc
 
-from ._devices import (
+from .._events import PluginEvents
+from .._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
+from .._kubeapi.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from .._log import get_logger
+from ..devices._manager import DeviceState, ResourceManager
+from ..devices._policy import (
     AllocationError,
     ContainerPlan,
     Mode,
@@ -15,11 +20,6 @@ from ._devices import (
     container_plan,
     preferred_allocation,
 )
-from ._events import PluginEvents
-from ._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
-from ._kubeapi.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from ._log import get_logger
-from ._resources import DeviceState, ResourceManager
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._log import get_logger
+from .._log import get_logger
 
 _log = get_logger("watch")
 

@@ -23,8 +23,18 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from rknnlaunch import RknnLaunchError, __version__
 from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec, soc_by_name
 
-from ._devices import DEFAULT_RESOURCE_NAME
-from ._metrics import MetricsServer, NpuCollector, build_registry
+from .._settings import (
+    LOG_LEVELS,
+    LogLevel,
+    SettingsParser,
+    add_setting_flags,
+    check_soc_name,
+    settings_from_flags,
+)
+from ..devices._discovery import discover_on_node
+from ..devices._policy import DEFAULT_RESOURCE_NAME
+from ._collector import NpuCollector, build_registry
+from ._http import MetricsServer
 from ._nfd import (
     DEFAULT_FEATURES_DIR,
     describe_labels,
@@ -33,16 +43,7 @@ from ._nfd import (
     write_feature_file,
     write_textfile,
 )
-from ._node import discover_on_node
 from ._podresources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesClient
-from ._settings import (
-    LOG_LEVELS,
-    LogLevel,
-    SettingsParser,
-    add_setting_flags,
-    check_soc_name,
-    settings_from_flags,
-)
 
 ENV_PREFIX = "RKNPU_EXPORTER_"
 PROG = "rknpu-exporter"

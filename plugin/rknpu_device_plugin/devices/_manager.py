@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from rknnlaunch import DiscoveryError
 from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec
 
-from ._devices import Mode, device_ids
-from ._events import PluginEvents
-from ._log import get_logger
-from ._node import discover_on_node
-from ._settings import ENV_PREFIX
+from .._events import PluginEvents
+from .._log import get_logger
+from .._settings import ENV_PREFIX
+from ._discovery import discover_on_node
+from ._policy import Mode, device_ids
 from ._watch import FolderWatcher
 
 _log = get_logger("health")

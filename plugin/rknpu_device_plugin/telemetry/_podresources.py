@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ._devices import DEFAULT_RESOURCE_NAME, cores_of
+from ..devices._policy import DEFAULT_RESOURCE_NAME, cores_of
 
 DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # Kubelet answers List from memory; a slow answer means it is wedged, and a scrape must not wait.
@@ -91,7 +91,7 @@ class PodResourcesClient:
         """
         import grpc
 
-        from ._kubeapi.podresources.v1 import api_pb2
+        from .._kubeapi.podresources.v1 import api_pb2
 
         with self._lock:
             # Checking first answers "no socket" at once instead of through a gRPC dial.
@@ -130,7 +130,7 @@ class PodResourcesClient:
         if self._stub is None:
             import grpc
 
-            from ._kubeapi.podresources.v1 import api_pb2_grpc
+            from .._kubeapi.podresources.v1 import api_pb2_grpc
 
             self._channel = grpc.insecure_channel(
                 f"unix://{self.socket_path}",
