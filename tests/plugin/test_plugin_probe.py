@@ -337,3 +337,26 @@ def test_loop_does_not_probe_when_holders_are_unknown(
     loop, resources, _events = _loop(host_factory, tmp_path, unknown, runner)
     loop.run_round(threading.Event())
     assert runner.probed == [] and resources.failures == {}
+
+
+def test_probe_input_is_nhwc_whatever_the_metadata_says() -> None:
+    from rknpu_device_plugin.devices._probe_child import nhwc_shape
+
+    assert nhwc_shape((1, 3, 8, 8)) == (1, 8, 8, 3)
+    assert nhwc_shape((1, 8, 8, 3)) == (1, 8, 8, 3)
+    assert nhwc_shape((1, 640, 640, 3)) == (1, 640, 640, 3)
+    assert nhwc_shape((1, 16)) == (1, 16)
+
+
+def test_probe_model_graph_is_our_own_conv() -> None:
+    onnx = pytest.importorskip("onnx")
+    import importlib.util
+
+    path = TESTS.parent / "images" / "probe" / "make_probe_model.py"
+    spec = importlib.util.spec_from_file_location("make_probe_model", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = onnx.load_from_string(module.probe_onnx_bytes())
+    assert [node.op_type for node in model.graph.node] == ["Conv", "Relu"]
+    assert set(module.TARGETS) == {"rk3588", "rk3576", "rk3566", "rk3562"}

@@ -29,6 +29,18 @@ def _report(fd: int, payload: dict[str, Any]) -> None:
         out.write(json.dumps({"schema": RESULT_SCHEMA, **payload}) + "\n")
 
 
+def nhwc_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """The NHWC input RKNNLite takes for a model whose metadata gives ``shape``.
+
+    Converted ONNX models may record their input as NCHW (``1x3x8x8``): a 4-D shape whose
+    channel axis (1) is small while the last is not is read as NCHW and transposed.
+    """
+    dims = tuple(int(d) for d in shape)
+    if len(dims) == 4 and dims[1] in (1, 3, 4) and dims[3] not in (1, 3, 4):
+        return (dims[0], dims[2], dims[3], dims[1])
+    return dims
+
+
 def check(library_root: str) -> dict[str, Any]:
     """Whether a probe can run in this container (not whether a core works)."""
     from rknnlaunch._librknnrt import LIBRKNNRT_PATH, find_librknnrt
@@ -70,7 +82,7 @@ def probe(model: str, core: int, root: str, soc: str, compatible_file: str | Non
         info = read_rknn(model)
         if not info.inputs or not info.inputs[0].shape:
             return {"ok": False, "reason": f"the probe model {model} names no input tensor shape"}
-        x = np.ones(info.inputs[0].shape, dtype=np.uint8)
+        x = np.ones(nhwc_shape(info.inputs[0].shape), dtype=np.uint8)
         with rknnlaunch.open(model, backend="npu", settings=settings) as runtime:
             infer_started = time.monotonic()
             outputs = runtime.infer(x)
