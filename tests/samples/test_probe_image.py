@@ -56,3 +56,16 @@ def test_probe_image_installs_through_the_one_script() -> None:
     install = (REPO / "images" / "install-python.sh").read_text()
     assert "plugin-probe) extras=plugin,npu" in install
     assert 'ENTRYPOINT ["rknpu-device-plugin"]' in text
+
+
+def test_probe_overlay_gives_the_probe_what_it_needs() -> None:
+    yaml = __import__("pytest").importorskip("yaml")
+    kustomization = yaml.safe_load((REPO / "samples" / "plugin-probe" / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == ["../../deploy"]
+    assert kustomization["images"][0]["newName"].endswith("rknpu-device-plugin-probe")
+    patch = yaml.safe_load(kustomization["patches"][0]["patch"])
+    container = patch["spec"]["template"]["spec"]["containers"][0]
+    assert container["securityContext"]["privileged"] is True  # opens the NPU's nodes
+    assert any(mount["mountPath"] == "/tmp" for mount in container["volumeMounts"])
+    memory = container["resources"]["limits"]["memory"]
+    assert memory.endswith("Mi") and int(memory[:-2]) >= 256
