@@ -5,8 +5,8 @@ The graph is one 3x3 convolution (3 -> 4 channels, fixed weights) and a ReLU on 
 enough for the NPU to load, initialise and run a real job on the core it is pinned to, small
 enough to cost nothing (a few microseconds of NPU time). Nothing third-party goes in.
 
-Run at image build (images/plugin-probe/Dockerfile), in an x86_64 Python with rknn-toolkit2 2.5.0
-installed (images/probe/install-toolkit2.sh):
+Run at image build (images/plugin-probe/Dockerfile), in an x86_64 Python with rknn-toolkit2 of the
+image's librknnrt version installed (images/probe/install-toolkit2.sh; checked with 2.3.2 and 2.5.0):
 
     python make_probe_model.py --out /out        # probe-rk3588.rknn, probe-rk3576.rknn, ...
     python make_probe_model.py --onnx-only --out DIR   # just probe.onnx (no toolkit needed)

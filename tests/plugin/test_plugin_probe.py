@@ -84,11 +84,14 @@ def probe_rig(
 ) -> Iterator[Callable[..., ProbeRig]]:
     work = Path(tempfile.mkdtemp(prefix="probe-", dir="/tmp"))
 
-    def build(*args: str, faults: dict[str, str] | None = None, librknnrt: bool = True) -> ProbeRig:
+    def build(
+        *args: str, faults: dict[str, str] | None = None, librknnrt: bool = True, toolkit: str = "2.3.2"
+    ) -> ProbeRig:
         models = work / "models"
         models.mkdir(exist_ok=True)
+        # Recorded as NCHW, as rknn-toolkit2 records a converted ONNX input (the child feeds NHWC).
         (models / "probe-rk3588.rknn").write_bytes(
-            rknn_bytes(inputs=(("x", (1, 8, 8, 3)),), outputs=(("y", (1, 4, 8, 8)),))
+            rknn_bytes(version=toolkit, inputs=(("x", (1, 3, 8, 8)),), outputs=(("y", (1, 4, 8, 8)),))
         )
         image_root = work / "image"
         if librknnrt:
@@ -213,6 +216,13 @@ def test_no_probe_without_librknnrt_and_cores_stay_healthy(probe_rig: Callable[.
     assert probe.probed_cores() == []
 
 
+def test_no_probe_when_the_model_is_newer_than_librknnrt(probe_rig: Callable[..., ProbeRig]) -> None:
+    probe = probe_rig(faults={}, toolkit="2.5.0")  # the image's librknnrt is 2.3.2
+    line = probe.rig.plugin.wait_log(lambda e: e["msg"] == "functional probe off")
+    assert "built by rknn-toolkit2 2.5.0, newer than librknnrt 2.3.2" in line["reason"]
+    assert DeviceStream(probe.rig.stub()).next() == [(f"npu-core-{core}", "Healthy") for core in range(3)]
+
+
 def test_whole_mode_device_fails_with_any_core(probe_rig: Callable[..., ProbeRig]) -> None:
     probe = probe_rig("--mode", "whole", "--probe-timeout", "30", faults={"core2": "fail"})
     stream = DeviceStream(probe.rig.stub())
@@ -264,7 +274,7 @@ class _Runner:
         self.failing = set(failing)
         self.probed: list[int] = []
 
-    def check(self) -> str | None:
+    def check(self, model: Path) -> str | None:
         return None
 
     def probe(self, core: int, model: Path, info: NpuInfo) -> ProbeResult:

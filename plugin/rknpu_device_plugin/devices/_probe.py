@@ -120,9 +120,10 @@ class ProbeRunner:
         self._killed = False
         self._abandoned: list[subprocess.Popen[str]] = []
 
-    def check(self) -> str | None:
-        """None when probing can work here, else why not (no rknn-toolkit-lite2 or librknnrt)."""
-        code, stdout, stderr, _seconds = self._run(["--check"])
+    def check(self, model: Path) -> str | None:
+        """None when probing can work here, else why not (no rknn-toolkit-lite2 or librknnrt, or a
+        runtime older than the model)."""
+        code, stdout, stderr, _seconds = self._run(["--check", "--model", str(model)])
         for line in reversed(stdout.splitlines()):
             with contextlib.suppress(ValueError):
                 report = json.loads(line)
@@ -229,7 +230,8 @@ class ProbeLoop:
         self._interval = interval
         self._verdicts: dict[int, ProbeResult] = {}
         self._said: str | None = None
-        self._available = False
+        self._available: Path | None = None
+        """The model the availability check passed for."""
         self.rounds = 0
 
     @property
@@ -257,12 +259,12 @@ class ProbeLoop:
         if model is None or not model.is_file():
             self._say_off(f"no probe model for {info.soc.name} at {model}")
             return self._interval
-        if not self._available:
-            why_not = self._runner.check()
+        if self._available != model:
+            why_not = self._runner.check(model)
             if why_not is not None:
                 self._say_off(why_not)
                 return self._interval
-            self._available = True
+            self._available = model
         for core in range(info.core_count):
             if stop.is_set():
                 return 0.0

@@ -41,10 +41,14 @@ def nhwc_shape(shape: Sequence[int]) -> tuple[int, ...]:
     return dims
 
 
-def check(library_root: str) -> dict[str, Any]:
-    """Whether a probe can run in this container (not whether a core works)."""
+def check(library_root: str, model: str | None = None) -> dict[str, Any]:
+    """Whether a probe can run in this container (not whether a core works): rknn-toolkit-lite2
+    importable, librknnrt.so installed, and (with ``model``) at least as new as the toolkit that
+    built the model, which every core would otherwise refuse alike."""
+    from rknnlaunch import RknnLaunchError
     from rknnlaunch._librknnrt import LIBRKNNRT_PATH, find_librknnrt
-    from rknnlaunch.npu import HostRoot
+    from rknnlaunch._rknnfile import read_rknn
+    from rknnlaunch.npu import HostRoot, version_tuple
 
     if importlib.util.find_spec("rknnlite") is None:
         return {
@@ -61,6 +65,20 @@ def check(library_root: str) -> dict[str, Any]:
             "available": False,
             "reason": f"no librknnrt.so at {LIBRKNNRT_PATH} in the plugin image; use the probe image variant",
         }
+    if model is not None:
+        try:
+            built_by = read_rknn(model).toolkit_version
+        except RknnLaunchError as exc:
+            return {
+                "available": False,
+                "reason": f"the probe model is unusable: {exc.problem.splitlines()[0]}",
+            }
+        if built_by and runtime.version and version_tuple(built_by) > version_tuple(runtime.version):
+            return {
+                "available": False,
+                "reason": f"the probe model {model} was built by rknn-toolkit2 {built_by}, newer than "
+                f"librknnrt {runtime.version}: rebuild the probe image with matching versions",
+            }
     return {"available": True, "runtime": runtime.version_line or runtime.version}
 
 
@@ -118,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result_fd = os.dup(1)
     os.dup2(2, 1)
     if args.check:
-        _report(result_fd, check(args.library_root))
+        _report(result_fd, check(args.library_root, args.model))
         return 0
     if args.model is None or args.core is None or args.soc is None:
         _report(result_fd, {"ok": False, "reason": "probe child needs --model, --core and --soc"})
