@@ -183,6 +183,44 @@ def test_a_hung_core_is_killed_at_the_timeout(probe_rig: Callable[..., ProbeRig]
     stream.cancel()
 
 
+def _probe_children(config: Path) -> list[int]:
+    """Live probe children of this test (their environment names its fake config)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"_probe_child" in cmdline and f"RKNNLITE_FAKE_CONFIG={config}".encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+def test_sigterm_during_a_hung_probe_exits_at_once_and_kills_the_child(
+    probe_rig: Callable[..., ProbeRig],
+) -> None:
+    import time
+
+    probe = probe_rig("--probe-timeout", "120", faults={"core0": "hang"})
+    deadline = time.monotonic() + 60
+    # Poll: the fake records the core on entering inference, in another process (no event to await).
+    while not probe.probed_cores() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert probe.probed_cores() == [0] and _probe_children(probe.config)
+    started = time.monotonic()
+    probe.rig.plugin.signal()
+    assert probe.rig.plugin.wait(timeout=10) == 0
+    assert time.monotonic() - started < 2.0
+    assert not probe.rig.plugin.logs("core failed its probe")  # killed by shutdown: not a verdict
+    deadline = time.monotonic() + 5
+    while _probe_children(probe.config) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _probe_children(probe.config) == []
+
+
 def test_a_crashing_probe_fails_only_its_core(probe_rig: Callable[..., ProbeRig]) -> None:
     probe = probe_rig("--probe-timeout", "30", faults={"core0": "crash"})
     line = probe.rig.plugin.wait_log(lambda e: e["msg"] == "core failed its probe", timeout=60)
