@@ -43,8 +43,8 @@ def main() -> None:
 
     from fakehost import make_host
     from rknnlaunch import Pool
-    from rknnlaunch._settings import load_settings
     from rknnlaunch.npu import soc_by_name
+    from rknnlaunch.settings._env import load_settings
 
     with tempfile.TemporaryDirectory() as folder:
         host = make_host("rk3588-drm", Path(folder) / "host")

@@ -20,16 +20,16 @@ from ._errors import (
     UnsupportedDriverError,
     UsageError,
 )
-from ._settings import NpuSettings
 from ._version import __version__
+from .settings._env import NpuSettings
 
 if TYPE_CHECKING:
-    from ._pool import Pool
-    from ._runtime import Runtime, open
+    from .runtime._open import Runtime, open
+    from .runtime._pool import Pool
 
 # The runtime (numpy and friends) loads on first use, so the device plugin, which imports only
 # `rknnlaunch.npu` and the errors, stays small (its RSS budget is 60 MB; numpy alone is ~14 MB).
-_LAZY = {"Pool": "._pool", "Runtime": "._runtime", "open": "._runtime"}
+_LAZY = {"Pool": ".runtime._pool", "Runtime": ".runtime._open", "open": ".runtime._open"}
 
 
 def __getattr__(name: str) -> Any:

@@ -13,8 +13,8 @@ import pytest
 from test_sdk_doctor import add_librknnrt, regular_file_nodes
 
 from fakehost import write
-from rknnlaunch._dtcompat import COMPATIBLE_PATHS, SHIM_DIR, readable
 from rknnlaunch.npu import HostRoot
+from rknnlaunch.runtime._dtcompat import COMPATIBLE_PATHS, SHIM_DIR, readable
 
 HostFactory = Callable[[str], HostRoot]
 PLUGIN_VARS = (
@@ -186,9 +186,9 @@ def test_python_children_read_the_plugin_compatible_file(
 def test_run_reuses_what_the_preflight_discovered(
     host_factory: Callable[[str], HostRoot], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rknnlaunch._cmd_run as cmd_run
-    from rknnlaunch._doctor import Findings, run_checks
-    from rknnlaunch._settings import load_settings
+    import rknnlaunch.cli._run as cmd_run
+    from rknnlaunch.preflight._checks import Findings, run_checks
+    from rknnlaunch.settings._env import load_settings
 
     host = host_factory("rk3588-drm")
     settings = load_settings({"RKNNLAUNCH_ROOT": str(host.root), "RKNN_NPU_CORE_MASK": "3"})

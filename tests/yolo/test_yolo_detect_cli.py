@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rknnlaunch import UsageError, _cmd_detect
-from rknnlaunch._settings import load_settings
+from rknnlaunch import UsageError
+from rknnlaunch.cli import _detect as _cmd_detect
 from rknnlaunch.npu import HostRoot
+from rknnlaunch.settings._env import load_settings
 
 cv2 = pytest.importorskip("cv2")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -59,7 +60,7 @@ def test_npu_detect_maps_boxes_to_the_original_image_and_draws_them(
 
 def need_default_model() -> None:
     pytest.importorskip("onnxruntime")
-    from rknnlaunch.yolo._model import default_model
+    from rknnlaunch.model._metadata import default_model
 
     try:
         default_model()

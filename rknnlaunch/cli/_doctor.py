@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._doctor import exit_code, report_json, report_text, run_checks
-from ._errors import SettingsError, UsageError
-from ._settings import ENV_NAMES, NpuSettings, load_settings
+from .._errors import SettingsError, UsageError
+from ..preflight._checks import exit_code, report_json, report_text, run_checks
+from ..settings._env import ENV_NAMES, NpuSettings, load_settings
 
 
 def add_parser(sub: Any) -> None:

@@ -20,10 +20,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from . import _dtcompat
-from ._closing import ClosesOnExit
-from ._cpu import CpuRuntime, as_nhwc_batch
-from ._errors import (
+from .._errors import (
     DiscoveryError,
     InferenceError,
     MaskError,
@@ -31,18 +28,9 @@ from ._errors import (
     RuntimeInitError,
     UsageError,
 )
-from ._files import require_file
-from ._rknnfile import read_rknn
-from ._rknnlite import RknnLiteFactory, RknnLiteLike, capture_runtime_log, load_rknnlite
-from ._settings import (
-    Allocation,
-    NpuSettings,
-    discover_npu,
-    load_settings,
-    resolve_allocation,
-    select_cores,
-)
-from .npu import (
+from ..model._files import require_file
+from ..model._rknnfile import read_rknn
+from ..npu import (
     HostRoot,
     NpuInfo,
     format_cores,
@@ -51,6 +39,18 @@ from .npu import (
     rknnlite_mask,
     runnable_groups,
 )
+from ..settings._env import (
+    Allocation,
+    NpuSettings,
+    discover_npu,
+    load_settings,
+    resolve_allocation,
+    select_cores,
+)
+from . import _dtcompat
+from ._closing import ClosesOnExit
+from ._cpu import CpuRuntime, as_nhwc_batch
+from ._rknnlite import RknnLiteFactory, RknnLiteLike, capture_runtime_log, load_rknnlite
 
 Backend = Literal["auto", "npu", "cpu"]
 BACKENDS: tuple[str, ...] = ("auto", "npu", "cpu")

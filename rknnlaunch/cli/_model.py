@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ._rknnfile import read_rknn
+from ..model._rknnfile import read_rknn
 
 
 def add_parser(sub: Any) -> None:

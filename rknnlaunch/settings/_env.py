@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
-from ._errors import MaskError, RknnLaunchError, SettingsError
-from .npu import (
+from .._errors import MaskError, RknnLaunchError, SettingsError
+from ..npu import (
     ALL,
     AUTO,
     SOCS,

@@ -9,12 +9,12 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ._errors import RknnLaunchError
-from ._version import __version__
+from .._errors import RknnLaunchError
+from .._version import __version__
 
 # Each subcommand lives in its own module exposing `add_parser(subparsers) -> None`; the parser it
 # adds sets `handler=<function(args) -> int>`. Listed here so `--help` shows them in this order.
-_COMMAND_MODULES = ("_cmd_bench", "_cmd_detect", "_cmd_doctor", "_cmd_run", "_cmd_model")
+_COMMAND_MODULES = ("_bench", "_detect", "_doctor", "_run", "_model")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rknnlaunch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in _COMMAND_MODULES:
-        importlib.import_module(f"rknnlaunch.{name}").add_parser(sub)
+        importlib.import_module(f"rknnlaunch.cli.{name}").add_parser(sub)
     return parser
 
 

@@ -8,12 +8,12 @@ import json
 import sys
 from typing import Any, TextIO
 
-from ._rknnlite import RknnLiteFactory
-from ._runtime import BACKENDS, open_plan, plan
-from ._settings import NpuSettings, load_settings
-from .yolo import COCO_NAMES, class_count, class_name, draw_detections, read_image
-from .yolo._image import check_image_writable, write_image
-from .yolo._model import ModelPipeline, class_names, resolve_model
+from ..model._metadata import ModelPipeline, class_names, resolve_model
+from ..runtime._open import BACKENDS, open_plan, plan
+from ..runtime._rknnlite import RknnLiteFactory
+from ..settings._env import NpuSettings, load_settings
+from ..yolo import COCO_NAMES, class_count, class_name, draw_detections, read_image
+from ..yolo._image import check_image_writable, write_image
 
 
 def add_parser(sub: Any) -> None:

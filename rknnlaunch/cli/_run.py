@@ -11,12 +11,12 @@ import os
 import sys
 from typing import Any
 
-from . import _dtcompat
-from ._doctor import Findings, overall, report_text, run_checks
-from ._errors import RknnLaunchError, UsageError
-from ._runtime import NpuTarget, find_npu
-from ._settings import NpuSettings, load_settings, normalised_env
-from .npu import HostRoot
+from .._errors import RknnLaunchError, UsageError
+from ..npu import HostRoot
+from ..preflight._checks import Findings, overall, report_text, run_checks
+from ..runtime import _dtcompat
+from ..runtime._open import NpuTarget, find_npu
+from ..settings._env import NpuSettings, load_settings, normalised_env
 
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
