@@ -32,7 +32,8 @@ from ..npu import (
     version_tuple,
 )
 from ..npu._librknnrt import LIBRKNNRT_PATH, Librknnrt, find_librknnrt, misplaced_copies
-from ..settings._env import Allocation, NpuSettings, discover_npu, resolve_allocation
+from ..settings._allocation import Allocation, discover_npu, resolve_allocation
+from ..settings._env import NpuSettings
 
 Status = Literal["ok", "warn", "fail", "skip"]
 SCHEMA = "rknnlaunch.doctor/1"

@@ -32,21 +32,14 @@ from ..model._files import require_file
 from ..model._rknnfile import read_rknn
 from ..npu import (
     HostRoot,
-    NpuInfo,
     format_cores,
     mask_name,
     models_compatible,
     rknnlite_mask,
     runnable_groups,
 )
-from ..settings._env import (
-    Allocation,
-    NpuSettings,
-    discover_npu,
-    load_settings,
-    resolve_allocation,
-    select_cores,
-)
+from ..settings._allocation import NpuTarget, find_npu, select_cores
+from ..settings._env import NpuSettings, load_settings
 from . import _dtcompat
 from ._closing import ClosesOnExit
 from ._cpu import CpuRuntime, as_nhwc_batch
@@ -75,22 +68,6 @@ class Runtime(Protocol):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None: ...
-
-
-@dataclass(frozen=True)
-class NpuTarget:
-    """The discovered NPU and the cores this process may use on it."""
-
-    host: HostRoot
-    info: NpuInfo
-    allocation: Allocation
-
-
-def find_npu(settings: NpuSettings) -> NpuTarget:
-    """Discover the NPU (device tree via the plugin's replacement file too) and check the allocation."""
-    host = HostRoot(settings.root)
-    info = discover_npu(settings, host)
-    return NpuTarget(host, info, resolve_allocation(settings, info))
 
 
 def make_compatible_visible(settings: NpuSettings, host: HostRoot) -> str | None:
