@@ -11,11 +11,11 @@ import pytest
 from rknnfile_builder import write_rknn
 
 from fakehost import link, write
-from rknnlaunch._cli import main
-from rknnlaunch._doctor import CheckResult, exit_code, run_checks
-from rknnlaunch._librknnrt import find_librknnrt, parse_librknnrt_version
-from rknnlaunch._settings import load_settings
+from rknnlaunch.cli._main import main
 from rknnlaunch.npu import HostRoot
+from rknnlaunch.npu._librknnrt import find_librknnrt, parse_librknnrt_version
+from rknnlaunch.preflight._checks import CheckResult, exit_code, run_checks
+from rknnlaunch.settings._env import load_settings
 
 HostFactory = Callable[[str], HostRoot]
 VERSION_LINE = b"librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)"
@@ -241,7 +241,7 @@ def test_cli_ok_exit_zero(
     host = host_factory("rk3588-drm")
     add_librknnrt(host)
     regular_file_nodes(host)
-    monkeypatch.setattr("rknnlaunch._doctor.installed_toolkit_version", lambda: "2.3.2")
+    monkeypatch.setattr("rknnlaunch.preflight._checks.installed_toolkit_version", lambda: "2.3.2")
     monkeypatch.delenv("RKNN_NPU_CORE_MASK", raising=False)
     assert main(["doctor", "--root", str(host.root)]) == 0
     out = capsys.readouterr().out
@@ -258,7 +258,7 @@ def regular_file_nodes(host: HostRoot) -> None:
 
 
 def test_real_opener_on_plain_files_and_missing_ones(tmp_path: Path) -> None:
-    from rknnlaunch._doctor import open_device
+    from rknnlaunch.preflight._checks import open_device
 
     node = write(tmp_path, "dev/dri/renderD129", b"")
     heap = write(tmp_path, "dev/dma_heap/system", b"", mode=0o444)
@@ -298,7 +298,7 @@ def test_librknnrt_source_host_mount_is_checked_against_the_mount_table(host_fac
 
 
 def test_mount_points_undo_escapes() -> None:
-    from rknnlaunch._librknnrt import mount_points
+    from rknnlaunch.npu._librknnrt import mount_points
 
     text = "1 0 0:1 / /a\\040b rw - tmpfs t rw\nshort line\n"
     assert mount_points(text) == {"/a b"}

@@ -16,7 +16,7 @@ ort = pytest.importorskip("onnxruntime")
 
 @pytest.fixture(scope="module")
 def model() -> str:
-    from rknnlaunch.yolo._model import default_model
+    from rknnlaunch.model._metadata import default_model
 
     try:
         return str(default_model())

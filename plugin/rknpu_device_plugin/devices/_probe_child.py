@@ -46,9 +46,9 @@ def check(library_root: str, model: str | None = None) -> dict[str, Any]:
     importable, librknnrt.so installed, and (with ``model``) at least as new as the toolkit that
     built the model, which every core would otherwise refuse alike."""
     from rknnlaunch import RknnLaunchError
-    from rknnlaunch._librknnrt import LIBRKNNRT_PATH, find_librknnrt
-    from rknnlaunch._rknnfile import read_rknn
+    from rknnlaunch.model._rknnfile import read_rknn
     from rknnlaunch.npu import HostRoot, version_tuple
+    from rknnlaunch.npu._librknnrt import LIBRKNNRT_PATH, find_librknnrt
 
     if importlib.util.find_spec("rknnlite") is None:
         return {
@@ -87,9 +87,8 @@ def probe(model: str, core: int, root: str, soc: str, compatible_file: str | Non
     import numpy as np
 
     import rknnlaunch
-    from rknnlaunch import RknnLaunchError
-    from rknnlaunch._rknnfile import read_rknn
-    from rknnlaunch._settings import load_settings
+    from rknnlaunch import RknnLaunchError, load_settings
+    from rknnlaunch.model._rknnfile import read_rknn
 
     env = {"RKNN_NPU_CORES": str(core), "RKNN_NPU_SOC": soc, "RKNNLAUNCH_ROOT": root}
     if compatible_file:

@@ -18,9 +18,9 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ._errors import BackendUnavailableError, RknnLaunchError
-from .npu import format_cores
-from .yolo import Letterboxer, YoloDecoder
+from .._errors import BackendUnavailableError, RknnLaunchError
+from ..npu import format_cores
+from ..yolo import Letterboxer, YoloDecoder
 
 STAGES = ("pre", "infer", "post", "total")
 SCHEMA = "rknnlaunch.bench/1"

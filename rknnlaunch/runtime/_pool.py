@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import InferenceError
+from ..npu import format_cores
+from ..settings._env import NpuSettings, load_settings
 from ._closing import ClosesOnExit
-from ._errors import InferenceError
+from ._open import Runtime, open_plan, plan
 from ._rknnlite import RknnLiteFactory
-from ._runtime import Runtime, open_plan, plan
-from ._settings import NpuSettings, load_settings
-from .npu import format_cores
 
 _Job = tuple[Any, "Future[list[np.ndarray]]"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ._errors import RknnLaunchError
+from .._errors import RknnLaunchError
 
 
 def require_file(path: str | os.PathLike[str], what: str, fix: str, error: type[RknnLaunchError]) -> Path:

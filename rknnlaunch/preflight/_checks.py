@@ -16,11 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ._errors import DiscoveryError, ModelError, SettingsError, UnsupportedDriverError
-from ._librknnrt import LIBRKNNRT_PATH, Librknnrt, find_librknnrt, librknnrt_source, misplaced_copies
-from ._rknnfile import RknnModelInfo, read_rknn
-from ._settings import Allocation, NpuSettings, discover_npu, resolve_allocation
-from .npu import (
+from .._errors import DiscoveryError, ModelError, SettingsError, UnsupportedDriverError
+from ..model._rknnfile import RknnModelInfo, read_rknn
+from ..npu import (
     COMPATIBLE_PATH,
     HostRoot,
     NpuInfo,
@@ -33,6 +31,9 @@ from .npu import (
     soc_from_compatible,
     version_tuple,
 )
+from ..npu._librknnrt import LIBRKNNRT_PATH, Librknnrt, find_librknnrt, librknnrt_source, misplaced_copies
+from ..settings._allocation import Allocation, discover_npu, resolve_allocation
+from ..settings._env import NpuSettings
 
 Status = Literal["ok", "warn", "fail", "skip"]
 SCHEMA = "rknnlaunch.doctor/1"
@@ -505,7 +506,7 @@ def exit_code(results: list[CheckResult]) -> int:
 
 
 def report_json(results: list[CheckResult], root: str) -> dict[str, Any]:
-    from ._version import __version__
+    from .._version import __version__
 
     return {
         "schema": SCHEMA,

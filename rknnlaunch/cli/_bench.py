@@ -19,31 +19,28 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
-from . import _bench
-from ._errors import UsageError
-from ._librknnrt import LIBRKNNRT_PATH, find_librknnrt
-from ._rknnlite import RknnLiteFactory
-from ._runtime import BACKENDS, Plan, open_plan, plan
-from ._settings import NpuSettings, load_settings
-from ._version import __version__
-from .npu import HostRoot, format_cores, runnable_core_sets
-from .yolo import read_image
-from .yolo._model import ModelPipeline, resolve_model, sha256
+from .._errors import UsageError
+from .._version import __version__
+from ..bench import _engine as _bench
+from ..model._metadata import ModelPipeline, resolve_model, sha256
+from ..npu import HostRoot, format_cores, runnable_core_sets
+from ..npu._librknnrt import LIBRKNNRT_PATH, find_librknnrt
+from ..runtime._open import BACKENDS, Plan, open_plan, plan
+from ..runtime._rknnlite import RknnLiteFactory
+from ..settings._env import NpuSettings, load_settings
+from ..yolo import read_image
 
 CPU_DEFAULTS = (3, 20)
 """(warm-up, iterations) on the CPU: the README's first command must finish quickly on 2 cores."""
 NPU_DEFAULTS = (20, 200)
 
 
-def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
-        "bench",
-        help="measure YOLOv8 latency per NPU core set and pool throughput (CPU fallback)",
-        description=(
-            "Time letterbox (pre), inference and YOLOv8 decode+NMS (post) per frame. On an NPU: every "
-            "core set one context can run within this pod's allocation, then a pool of one runtime per "
-            "core. Without an NPU (or an .rknn model): the CPU backend, labelled as such."
-        ),
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add this command's arguments and handler to its (sub)parser."""
+    parser.description = (
+        "Time letterbox (pre), inference and YOLOv8 decode+NMS (post) per frame. On an NPU: every "
+        "core set one context can run within this pod's allocation, then a pool of one runtime per "
+        "core. Without an NPU (or an .rknn model): the CPU backend, labelled as such."
     )
     parser.add_argument(
         "--model",

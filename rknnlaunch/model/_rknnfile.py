@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._errors import ModelError
+from .._errors import ModelError
 from ._files import require_file
 
 MAGIC = b"RKNN"

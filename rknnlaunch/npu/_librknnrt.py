@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .npu import HostRoot
+from ._discovery import HostRoot
 
 LIBRKNNRT_PATH = "/usr/lib/librknnrt.so"
 """rknn-toolkit-lite2 loads exactly this path; LD_LIBRARY_PATH does not change it."""

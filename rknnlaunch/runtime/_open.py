@@ -20,10 +20,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from . import _dtcompat
-from ._closing import ClosesOnExit
-from ._cpu import CpuRuntime, as_nhwc_batch
-from ._errors import (
+from .._errors import (
     DiscoveryError,
     InferenceError,
     MaskError,
@@ -31,26 +28,22 @@ from ._errors import (
     RuntimeInitError,
     UsageError,
 )
-from ._files import require_file
-from ._rknnfile import read_rknn
-from ._rknnlite import RknnLiteFactory, RknnLiteLike, capture_runtime_log, load_rknnlite
-from ._settings import (
-    Allocation,
-    NpuSettings,
-    discover_npu,
-    load_settings,
-    resolve_allocation,
-    select_cores,
-)
-from .npu import (
+from ..model._files import require_file
+from ..model._rknnfile import read_rknn
+from ..npu import (
     HostRoot,
-    NpuInfo,
     format_cores,
     mask_name,
     models_compatible,
     rknnlite_mask,
     runnable_groups,
 )
+from ..settings._allocation import NpuTarget, find_npu, select_cores
+from ..settings._env import NpuSettings, load_settings
+from . import _dtcompat
+from ._closing import ClosesOnExit
+from ._cpu import CpuRuntime, as_nhwc_batch
+from ._rknnlite import RknnLiteFactory, RknnLiteLike, capture_runtime_log, load_rknnlite
 
 Backend = Literal["auto", "npu", "cpu"]
 BACKENDS: tuple[str, ...] = ("auto", "npu", "cpu")
@@ -75,22 +68,6 @@ class Runtime(Protocol):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None: ...
-
-
-@dataclass(frozen=True)
-class NpuTarget:
-    """The discovered NPU and the cores this process may use on it."""
-
-    host: HostRoot
-    info: NpuInfo
-    allocation: Allocation
-
-
-def find_npu(settings: NpuSettings) -> NpuTarget:
-    """Discover the NPU (device tree via the plugin's replacement file too) and check the allocation."""
-    host = HostRoot(settings.root)
-    info = discover_npu(settings, host)
-    return NpuTarget(host, info, resolve_allocation(settings, info))
 
 
 def make_compatible_visible(settings: NpuSettings, host: HostRoot) -> str | None:
