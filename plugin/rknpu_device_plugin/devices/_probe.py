@@ -160,6 +160,8 @@ class ProbeRunner:
 
     def _run(self, args: Sequence[str]) -> tuple[int | None, str, str, float]:
         """Run the child; (exit status or None on timeout, stdout, stderr, seconds)."""
+        # Reap children left stuck in the driver earlier, once they have finally died.
+        self._abandoned = [process for process in self._abandoned if process.poll() is None]
         started = time.monotonic()
         process = subprocess.Popen(
             [self._python, "-m", CHILD_MODULE, *args],
