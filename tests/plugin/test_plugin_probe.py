@@ -85,13 +85,22 @@ def probe_rig(
     work = Path(tempfile.mkdtemp(prefix="probe-", dir="/tmp"))
 
     def build(
-        *args: str, faults: dict[str, str] | None = None, librknnrt: bool = True, toolkit: str = "2.3.2"
+        *args: str,
+        faults: dict[str, str] | None = None,
+        librknnrt: bool = True,
+        toolkit: str = "2.3.2",
+        target: str = "rk3588",
     ) -> ProbeRig:
         models = work / "models"
         models.mkdir(exist_ok=True)
         # Recorded as NCHW, as rknn-toolkit2 records a converted ONNX input (the child feeds NHWC).
         (models / "probe-rk3588.rknn").write_bytes(
-            rknn_bytes(version=toolkit, inputs=(("x", (1, 3, 8, 8)),), outputs=(("y", (1, 4, 8, 8)),))
+            rknn_bytes(
+                version=toolkit,
+                targets=(target,),
+                inputs=(("x", (1, 3, 8, 8)),),
+                outputs=(("y", (1, 4, 8, 8)),),
+            )
         )
         image_root = work / "image"
         if librknnrt:
@@ -261,6 +270,16 @@ def test_no_probe_when_the_model_is_newer_than_librknnrt(probe_rig: Callable[...
     assert DeviceStream(probe.rig.stub()).next() == [(f"npu-core-{core}", "Healthy") for core in range(3)]
 
 
+def test_a_model_for_another_soc_is_no_verdict_on_the_cores(probe_rig: Callable[..., ProbeRig]) -> None:
+    probe = probe_rig("--probe-timeout", "30", target="rk3576")
+    line = probe.rig.plugin.wait_log(
+        lambda e: e["msg"] == "functional probe off" and "cannot judge" in e["reason"], timeout=60
+    )
+    assert "rk3576" in line["reason"]
+    assert DeviceStream(probe.rig.stub()).next() == [(f"npu-core-{core}", "Healthy") for core in range(3)]
+    assert not probe.rig.plugin.logs("core failed its probe")
+
+
 def test_whole_mode_device_fails_with_any_core(probe_rig: Callable[..., ProbeRig]) -> None:
     probe = probe_rig("--mode", "whole", "--probe-timeout", "30", faults={"core2": "fail"})
     stream = DeviceStream(probe.rig.stub())
@@ -288,6 +307,12 @@ def test_result_from_child(code: int, stdout: str, stderr: str, ok: bool, reason
     result = result_from_child(1, code, stdout, stderr, 0.5)
     assert (result.ok, result.reason) == (ok, reason)
     assert result.seconds == (0.25 if ok else 0.5)
+
+
+def test_a_probe_that_cannot_judge_gives_no_verdict() -> None:
+    stdout = '{"ok": false, "unusable": true, "reason": "unknown SoC"}'
+    result = result_from_child(2, 0, stdout, "", 0.3)
+    assert result.unusable and result.reason == "unknown SoC"
 
 
 def test_result_reason_is_bounded() -> None:
@@ -373,6 +398,20 @@ def test_loop_skips_held_cores_and_keeps_their_verdict(
     assert runner.probed == [0, 1, 2, 0, 2]  # core 1 is a pod's now: not probed, still failed
     assert resources.failures == {1: "broken"}
     assert events.probes[-2:] == [(0, True), (2, True)]
+
+
+def test_loop_pauses_without_verdicts_when_the_probe_cannot_judge(
+    host_factory: Callable[[str], object], tmp_path: Path
+) -> None:
+    class Unusable(_Runner):
+        def probe(self, core: int, model: Path, info: NpuInfo) -> ProbeResult:
+            self.probed.append(core)
+            return ProbeResult(core, False, 0.1, "model built for rk3576", unusable=True)
+
+    runner = Unusable()
+    loop, resources, events = _loop(host_factory, tmp_path, lambda: set(), runner)
+    loop.run_round(threading.Event())
+    assert runner.probed == [0] and resources.failures == {} and events.probes == []
 
 
 def test_loop_does_not_probe_when_holders_are_unknown(

@@ -88,6 +88,7 @@ def probe(model: str, core: int, root: str, soc: str, compatible_file: str | Non
 
     import rknnlaunch
     from rknnlaunch import RknnLaunchError, load_settings
+    from rknnlaunch._errors import BackendUnavailableError, DiscoveryError, ModelError, UsageError
     from rknnlaunch.model._rknnfile import read_rknn
 
     env = {"RKNN_NPU_CORES": str(core), "RKNN_NPU_SOC": soc, "RKNNLAUNCH_ROOT": root}
@@ -108,7 +109,15 @@ def probe(model: str, core: int, root: str, soc: str, compatible_file: str | Non
         lines = getattr(exc, "log_lines", ()) or ()
         said = f" (runtime said: {' | '.join(lines[-3:])})" if lines else ""
         first = exc.problem.splitlines()[0] if exc.problem else type(exc).__name__
-        return {"ok": False, "reason": f"{first}{said}", "seconds": time.monotonic() - started}
+        # Settings, discovery, model or a missing backend fail every core alike: the probe cannot
+        # judge the core, so it says so instead of a verdict.
+        unusable = isinstance(exc, (UsageError, DiscoveryError, ModelError, BackendUnavailableError))
+        return {
+            "ok": False,
+            "unusable": unusable,
+            "reason": f"{first}{said}",
+            "seconds": time.monotonic() - started,
+        }
     except Exception as exc:  # the real RKNNLite may raise where the docs say it returns -1/None
         return {"ok": False, "reason": f"{type(exc).__name__}: {exc}", "seconds": time.monotonic() - started}
     if not outputs or not all(np.all(np.isfinite(np.asarray(o, dtype=np.float64))) for o in outputs):
