@@ -24,7 +24,7 @@ TOP_FOLDERS = (
     "scripts",
     "tests",
 )
-TOP_FILES = ("README.md", "pyproject.toml")
+TOP_FILES = (".pre-commit-config.yaml", "README.md", "pyproject.toml")
 
 # `rknnlaunch.npu.parse_mask`, not `io.rknnlaunch.version` (an image label), `rknnlaunch.doctor/1`
 # (a JSON schema) or `rknnlaunch.io/npu-type` (a Kubernetes label).
