@@ -52,8 +52,7 @@ def markdown_files() -> list[Path]:
 
 def repository_text_files() -> Iterator[Path]:
     """Every text file in the repository's own folders (not .git, venvs or build output)."""
-    for name in TOP_FILES:
-        yield ROOT / name
+    yield from (ROOT / name for name in TOP_FILES if (ROOT / name).is_file())
     for folder in TOP_FOLDERS:
         for path in sorted((ROOT / folder).rglob("*")):
             if not path.is_file() or "__pycache__" in path.parts or path.stat().st_size > 1_000_000:
