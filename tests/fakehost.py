@@ -3,7 +3,7 @@
 Each builder writes what the kernel shows on such a board: sysfs class links into
 /sys/devices/platform/<addr>.npu, the `driver` link (the platform driver registers as "RKNPU",
 upper case), the absolute /proc/device-tree symlink, the driver's text files in their real
-formats (shared/rknpu-facts.md, "Driver files"), and device nodes. Device nodes are real char
+formats (docs/hardware.md#driver-files), and device nodes. Device nodes are real char
 devices when os.mknod is permitted (root), regular files otherwise.
 """
 

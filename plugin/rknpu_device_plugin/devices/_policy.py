@@ -104,7 +104,7 @@ def preferred_allocation(
     size: int,
     mode: Mode = "core",
 ) -> list[str]:
-    """The device IDs we would like a container to get (the policy is documented in README.md).
+    """The device IDs we would like a container to get (docs/plugin.md#preferred-allocation-policy).
 
     Core mode: among every choice of ``size`` IDs from ``available`` that contains
     ``must_include``, prefer (1) a core set one RKNNLite context can run on, else the set that
