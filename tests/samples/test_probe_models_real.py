@@ -32,3 +32,4 @@ def test_real_toolkit_builds_a_probe_model_for_every_soc(tmp_path: Path) -> None
         assert [t.shape for t in info.inputs] == [(1, 3, 8, 8)]  # recorded NCHW; the probe feeds NHWC
         assert [t.shape for t in info.outputs] == [(1, 4, 8, 8)]
         assert info.size < 64 * 1024
+    assert (tmp_path / "probe-expected.json").is_file()  # what every core must answer
