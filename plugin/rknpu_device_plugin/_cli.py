@@ -162,6 +162,7 @@ def run(settings: PluginSettings) -> int:
             held_cores_asker(settings.pod_resources_socket, settings.resource_name),
             settings.probe_interval,
         )
+        probe.begin()  # before serving: no core is offered until its first verdict
         threads.append(threading.Thread(target=probe.run, args=(stop,), name="probe", daemon=True))
         closers.append(probe.close)
     for thread in threads:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -35,6 +36,7 @@ from rknpu_device_plugin.devices._probe import (
 )
 from rknpu_device_plugin.telemetry._nfd import parse_feature_text, plugin_labels
 
+T = TypeVar("T")
 TESTS = Path(__file__).resolve().parents[1]
 FAKE_PATH = os.pathsep.join(str(p) for p in (TESTS / "plugin" / "fake_rknnlite", TESTS / "sdk"))
 LIBRKNNRT = b"\x7fELF" + b"\0" * 64 + b"librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)\0"
@@ -164,6 +166,18 @@ def probe_rig(
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _eventually(read: Callable[[], T], good: Callable[[T], bool], timeout: float = 10.0) -> T:
+    """``read()`` until ``good`` holds (state another process writes: no event to wait on)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    value = read()
+    while not good(value) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = read()
+    return value
+
+
 def _health(devices: list[tuple[str, str]]) -> dict[str, str]:
     return dict(devices)
 
@@ -171,8 +185,10 @@ def _health(devices: list[tuple[str, str]]) -> dict[str, str]:
 def test_a_core_that_fails_goes_unhealthy_and_recovers(probe_rig: Callable[..., ProbeRig]) -> None:
     probe = probe_rig("--probe-timeout", "30", faults={"core1": "fail"})
     stream = DeviceStream(probe.rig.stub())
-    devices, _ = stream.wait_for(lambda d: _health(d)["npu-core-1"] == "Unhealthy", timeout=60)
-    assert _health(devices) == {"npu-core-0": "Healthy", "npu-core-1": "Unhealthy", "npu-core-2": "Healthy"}
+    first = stream.next()  # nothing is offered before its first probe
+    assert first == [(f"npu-core-{core}", "Unhealthy") for core in range(3)]
+    want = {"npu-core-0": "Healthy", "npu-core-1": "Unhealthy", "npu-core-2": "Healthy"}
+    stream.wait_for(lambda d: _health(d) == want, timeout=60)
     line = probe.rig.plugin.wait_log(lambda e: e["msg"] == "core failed its probe")
     assert line["core"] == 1 and "failed to submit!" in line["reason"]
     unhealthy = probe.rig.plugin.wait_log(
@@ -185,10 +201,11 @@ def test_a_core_that_fails_goes_unhealthy_and_recovers(probe_rig: Callable[..., 
     assert samples['rknpu_core_probe_success{core="0"}'] == 1
     assert samples['rknpu_core_probe_seconds{core="0"}'] > 0
     assert samples['rknpu_device_healthy{device="npu-core-1"}'] == 0
-    labels = probe.labels()
     ns = "rknpu.feature.node.kubernetes.io"
+    # The file follows the health message by a moment (another process writes it): poll briefly.
+    labels = _eventually(probe.labels, lambda found: found.get(f"{ns}/devices-healthy") == "2")
     assert labels[f"{ns}/probe"] == "failed" and labels[f"{ns}/probe-failed-cores"] == "1"
-    assert labels[f"{ns}/devices-healthy"] == "2" and labels[f"{ns}/plugin-mode"] == "core"
+    assert labels[f"{ns}/plugin-mode"] == "core"
 
     probe.set_faults()  # the core heals (a driver reload, a reboot into a good kernel)
     stream.wait_for(all_health("Healthy"), timeout=60)
@@ -201,9 +218,11 @@ def test_a_core_that_fails_goes_unhealthy_and_recovers(probe_rig: Callable[..., 
 def test_a_hung_core_is_killed_at_the_timeout(probe_rig: Callable[..., ProbeRig]) -> None:
     probe = probe_rig("--probe-timeout", "6", faults={"core2": "hang"})
     stream = DeviceStream(probe.rig.stub())
-    devices, _ = stream.wait_for(lambda d: _health(d)["npu-core-2"] == "Unhealthy", timeout=60)
-    assert _health(devices)["npu-core-0"] == "Healthy"
-    line = probe.rig.plugin.wait_log(lambda e: e["msg"] == "core failed its probe" and e["core"] == 2)
+    line = probe.rig.plugin.wait_log(
+        lambda e: e["msg"] == "core failed its probe" and e["core"] == 2, timeout=60
+    )
+    devices, _ = stream.wait_for(lambda d: _health(d)["npu-core-0"] == "Healthy", timeout=60)
+    assert _health(devices)["npu-core-2"] == "Unhealthy"
     assert "no answer within 6 s" in line["reason"]
     assert probe.metrics()['rknpu_core_probe_seconds{core="2"}'] >= 6
     stream.cancel()
@@ -321,9 +340,11 @@ def test_a_model_for_another_soc_is_no_verdict_on_the_cores(probe_rig: Callable[
 def test_whole_mode_device_fails_with_any_core(probe_rig: Callable[..., ProbeRig]) -> None:
     probe = probe_rig("--mode", "whole", "--probe-timeout", "30", faults={"core2": "fail"})
     stream = DeviceStream(probe.rig.stub())
+    probe.rig.plugin.wait_log(lambda e: e["msg"] == "core failed its probe" and e["core"] == 2, timeout=60)
     stream.wait_for(lambda d: d == [("npu-cores-0-1-2", "Unhealthy")], timeout=60)
-    labels = probe.labels()
+    labels = _eventually(probe.labels, lambda found: "rknpu.feature.node.kubernetes.io/probe" in found)
     assert labels["rknpu.feature.node.kubernetes.io/plugin-mode"] == "whole"
+    assert labels["rknpu.feature.node.kubernetes.io/probe-failed-cores"] == "2"
     stream.cancel()
 
 
@@ -390,9 +411,12 @@ class _Resources:
     def __init__(self, info: NpuInfo) -> None:
         self.info = info
         self.failures: dict[int, str] = {}
+        self.pending: set[int] = set()
+        self.published: list[tuple[dict[int, str], set[int]]] = []
 
-    def set_probe_failures(self, failures: dict[int, str]) -> bool:
-        self.failures = dict(failures)
+    def set_probe_failures(self, failures: dict[int, str], pending: Collection[int] = ()) -> bool:
+        self.failures, self.pending = dict(failures), set(pending)
+        self.published.append((self.failures, self.pending))
         return True
 
 
@@ -452,6 +476,16 @@ def test_loop_pauses_without_verdicts_when_the_probe_cannot_judge(
     assert runner.probed == [0] and resources.failures == {} and events.probes == []
 
 
+def test_cores_wait_for_their_first_verdict(host_factory: Callable[[str], object], tmp_path: Path) -> None:
+    held = {2}
+    loop, resources, _events = _loop(host_factory, tmp_path, lambda: held, _Runner(failing={1}))
+    loop.begin()
+    assert resources.pending == {0, 1, 2}  # not offered before the probe has judged them
+    loop.run_round(threading.Event())
+    assert [pending for _, pending in resources.published] == [{0, 1, 2}, {1, 2}, {2}, set()]
+    assert resources.failures == {1: "broken"}  # core 2: a pod holds it, so it is offered as is
+
+
 def test_loop_does_not_probe_when_holders_are_unknown(
     host_factory: Callable[[str], object], tmp_path: Path
 ) -> None:
@@ -460,8 +494,10 @@ def test_loop_does_not_probe_when_holders_are_unknown(
 
     runner = _Runner()
     loop, resources, _events = _loop(host_factory, tmp_path, unknown, runner)
+    loop.begin()
     loop.run_round(threading.Event())
     assert runner.probed == [] and resources.failures == {}
+    assert resources.pending == set()  # the probe cannot run: cores go on device health alone
 
 
 def test_probe_input_is_nhwc_whatever_the_metadata_says() -> None:

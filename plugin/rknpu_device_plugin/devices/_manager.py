@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from rknnlaunch import DiscoveryError
@@ -72,6 +72,7 @@ class ResourceManager:
         self._extras = NodeExtras()
         self._device_error: str | None = None
         self._probe_failures: dict[int, str] = {}
+        self._probe_pending: frozenset[int] = frozenset()
         self._absent: set[str] = set()
         self._last_error: str | None = None
         self._subscribers: set[queue.Queue[DeviceState | None]] = set()
@@ -181,13 +182,15 @@ class ResourceManager:
             self._say_health(state)
         return changed
 
-    def set_probe_failures(self, failures: Mapping[int, str]) -> bool:
+    def set_probe_failures(self, failures: Mapping[int, str], pending: Collection[int] = ()) -> bool:
         """The functional probe's verdict: core -> why it failed (cores not named passed, or were
-        not probed). Publishes when health changed; True if it did."""
+        not probed); ``pending`` cores wait for their first probe and are not offered meanwhile.
+        Publishes when health changed; True if it did."""
         with self._lock:
             if self._closed:
                 return False
             self._probe_failures = dict(failures)
+            self._probe_pending = frozenset(pending)
             changed, state = self._publish_locked()
         if changed and state.ids:
             self._say_health(state)
@@ -201,7 +204,8 @@ class ResourceManager:
         """
         current = self._info
         ids = device_ids(current.core_count, self._mode, self._replicas) if current is not None else ()
-        health = device_health(ids, self._device_error is None, self._probe_failures.keys())
+        unproven = self._probe_failures.keys() | self._probe_pending
+        health = device_health(ids, self._device_error is None, unproven)
         state = DeviceState(ids, health)
         if state == self._state:
             return False, state
@@ -214,8 +218,10 @@ class ResourceManager:
         with self._lock:
             device_error = self._device_error
             failures = dict(self._probe_failures)
+            pending = sorted(self._probe_pending)
         reasons = [device_error] if device_error else []
         reasons += [f"core {core} failed its probe: {why}" for core, why in sorted(failures.items())]
+        reasons += [f"core {core} waits for its first probe" for core in pending]
         _log.info(
             "health changed",
             extra={

@@ -236,6 +236,8 @@ class ProbeLoop:
         self._held_cores = held_cores
         self._interval = interval
         self._verdicts: dict[int, ProbeResult] = {}
+        self._pending: set[int] | None = None
+        """Cores not yet judged since start (not offered meanwhile); None until the NPU is known."""
         self._said: str | None = None
         self._available: Path | None = None
         """The model the availability check passed for."""
@@ -257,11 +259,30 @@ class ProbeLoop:
     def close(self) -> None:
         self._runner.kill()
 
+    def begin(self) -> None:
+        """Hold every core back until its first verdict (called once the NPU is known, before the
+        plugin registers): a pod must not get a broken core in the seconds before its probe."""
+        info = self._resources.info
+        if info is not None and self._pending is None:
+            self._pending = set(range(info.core_count))
+            self._publish()
+
+    def _publish(self) -> None:
+        failures = {core: r.reason or "failed" for core, r in self._verdicts.items() if not r.ok}
+        self._resources.set_probe_failures(failures, self._pending or ())
+
+    def _release_pending(self) -> None:
+        """The probe cannot run now: cores it has not judged are offered on device health alone."""
+        if self._pending:
+            self._pending = set()
+            self._publish()
+
     def run_round(self, stop: threading.Event) -> float:
         """One round over every free core; returns how long to wait before the next."""
         info = self._resources.info
         if info is None:
             return min(self._interval, _NO_NPU_RETRY_SECONDS)
+        self.begin()
         model = self._model_for(info.soc.name)
         if model is None or not model.is_file():
             self._say_off(f"no probe model for {info.soc.name} at {model}")
@@ -283,6 +304,9 @@ class ProbeLoop:
                 return self._interval
             if core in held:
                 _log.debug("core held by a pod; not probed", extra={"fields": {"core": core}})
+                if self._pending and core in self._pending:
+                    self._pending.discard(core)  # a pod runs on it: its health is the pod's to tell
+                    self._publish()
                 continue
             result = self._runner.probe(core, model, info)
             if stop.is_set():
@@ -292,10 +316,10 @@ class ProbeLoop:
                 self._say_off(f"the probe cannot judge the cores: {result.reason}")
                 return self._interval
             self._record(result)
+            if self._pending:
+                self._pending.discard(core)
             # Published per core, not per round: a broken core goes Unhealthy at once.
-            self._resources.set_probe_failures(
-                {c: r.reason or "failed" for c, r in self._verdicts.items() if not r.ok}
-            )
+            self._publish()
         self._said = None
         self.rounds += 1
         return self._interval
@@ -314,6 +338,7 @@ class ProbeLoop:
             _log.info("core passed its probe again", extra={"fields": fields})
 
     def _say_off(self, why: str) -> None:
+        self._release_pending()
         if why != self._said:
             _log.warning("functional probe off", extra={"fields": {"reason": why}})
             self._said = why
