@@ -30,6 +30,7 @@ ENV_NAMES: dict[str, str] = {
     "soc": "RKNN_NPU_SOC",
     "device": "RKNN_NPU_DEVICE",
     "compatible_file": "RKNN_NPU_COMPATIBLE_FILE",
+    "librknnrt_source": "RKNN_NPU_LIBRKNNRT_SOURCE",
     "root": "RKNNLAUNCH_ROOT",
     "log_level": "RKNNLAUNCH_LOG_LEVEL",
 }
@@ -67,6 +68,8 @@ class NpuSettings(BaseSettings):
     """The NPU's device node in this container (render node or /dev/rknpu)."""
     compatible_file: str | None = _env("RKNN_NPU_COMPATIBLE_FILE")
     """The host's device-tree `compatible`, mounted by the plugin (/run/rknpu/compatible)."""
+    librknnrt_source: str | None = _env("RKNN_NPU_LIBRKNNRT_SOURCE")
+    """``host:<node path>`` when the plugin mounted the node's librknnrt.so (``--host-librknnrt``)."""
     root: str = Field(default="/", validation_alias=AliasChoices("RKNNLAUNCH_ROOT"))
     """Filesystem root to discover the NPU under (tests and chroots); ``/`` in a pod."""
     log_level: LogLevel = Field(default="warning", validation_alias=AliasChoices("RKNNLAUNCH_LOG_LEVEL"))
