@@ -17,9 +17,11 @@ The plugin finds the file for its SoC through ``--probe-model /opt/rknpu-probe/p
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 # One build per NPU family; the other SoC names of a family get a copy (the runtime accepts a
 # model built for any SoC of the same NPU: RK3566 and RK3568 share RKNPU2-LITE).
@@ -34,21 +36,61 @@ OUTPUT_CHANNELS = 4
 OPSET = 13
 
 
-def probe_onnx_bytes() -> bytes:
-    """The probe graph (x: 1x3x8x8 float -> Conv 3x3 pad 1 -> Relu -> y: 1x4x8x8) as ONNX bytes."""
+EXPECTED_FILE = "probe-expected.json"
+"""What every core must answer for the probe's input (the plugin's probe child compares)."""
+TOLERANCE = 0.01  # fp16 on the NPU: the toolkit's simulator is within 1.2e-4 of onnxruntime
+INPUT_VALUE = 255  # every input byte: 1.0 after the model's /255, so the weights dominate the output
+
+
+def probe_parameters() -> tuple[Any, Any]:
+    """The convolution's weights (4x3x3x3) and bias (4): deterministic, small, of mixed sign."""
     import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
 
     channels = INPUT_SHAPE[1]
-    # Deterministic, small weights: each output channel sums the input with its own sign pattern,
-    # so a core returning garbage or zeros shows up as wrong values, not just as a shape.
+    # Each output channel weighs the input with its own sign pattern, so a core returning garbage
+    # or zeros shows up as wrong values, not just as a shape.
     pattern = np.array([1.0, -0.5, 0.25, 0.5], dtype=np.float32)
     weights = np.empty((OUTPUT_CHANNELS, channels, 3, 3), dtype=np.float32)
     for out_channel in range(OUTPUT_CHANNELS):
         for in_channel in range(channels):
             weights[out_channel, in_channel] = pattern[(out_channel + in_channel) % len(pattern)] / 9.0
     bias = np.linspace(0.0, 0.3, OUTPUT_CHANNELS, dtype=np.float32)
+    return weights, bias
+
+
+def expected_output() -> Any:
+    """The graph's output (1x4x8x8) for an image of INPUT_VALUE bytes, normalised as the .rknn does (/255)."""
+    import numpy as np
+
+    weights, bias = probe_parameters()
+    x = np.pad(np.full(INPUT_SHAPE[1:], INPUT_VALUE / 255.0, dtype=np.float64), ((0, 0), (1, 1), (1, 1)))
+    height, width = INPUT_SHAPE[2:]
+    y = np.empty((OUTPUT_CHANNELS, height, width))
+    for row in range(height):
+        for col in range(width):
+            window = x[:, row : row + 3, col : col + 3]
+            y[:, row, col] = np.tensordot(weights.astype(np.float64), window, axes=3) + bias
+    return np.maximum(y, 0.0)[np.newaxis]
+
+
+def expected_json() -> str:
+    values = expected_output()
+    return json.dumps(
+        {
+            "schema": "rknpu.probe-expected/1",
+            "input": {"nhwc_shape": [INPUT_SHAPE[0], *INPUT_SHAPE[2:], INPUT_SHAPE[1]], "value": INPUT_VALUE},
+            "output": {"shape": list(values.shape), "values": [round(float(v), 6) for v in values.ravel()]},
+            "tolerance": TOLERANCE,
+        }
+    )
+
+
+def probe_onnx_bytes() -> bytes:
+    """The probe graph (x: 1x3x8x8 float -> Conv 3x3 pad 1 -> Relu -> y: 1x4x8x8) as ONNX bytes."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights, bias = probe_parameters()
     graph = helper.make_graph(
         [
             helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
@@ -99,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     onnx_path = args.out / "probe.onnx"
     onnx_path.write_bytes(probe_onnx_bytes())
-    print(f"wrote {onnx_path}")
+    (args.out / EXPECTED_FILE).write_text(expected_json() + "\n")
+    print(f"wrote {onnx_path}, {EXPECTED_FILE}")
     if args.onnx_only:
         return 0
     for target, names in TARGETS.items():

@@ -7,6 +7,7 @@ RKNNLite (tests/plugin/fake_rknnlite) on a hand-built .rknn, pod holders from a 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -17,7 +18,9 @@ import urllib.request
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
+import numpy as np
 import pytest
 from fakekubelet import DeviceStream, Rig, RigFactory, all_health
 from sdk.rknnfile_builder import rknn_bytes
@@ -37,6 +40,15 @@ FAKE_PATH = os.pathsep.join(str(p) for p in (TESTS / "plugin" / "fake_rknnlite",
 LIBRKNNRT = b"\x7fELF" + b"\0" * 64 + b"librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)\0"
 
 
+def _make_probe_model() -> ModuleType:
+    path = TESTS.parent / "images" / "probe" / "make_probe_model.py"
+    spec = importlib.util.spec_from_file_location("make_probe_model", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @dataclass
 class ProbeRig:
     rig: Rig
@@ -44,13 +56,15 @@ class ProbeRig:
     record: Path
     features: Path
     metrics_url: str
+    answer: Path
     soc: str = "rk3588"
 
     def set_faults(self, **faults: str) -> None:
         """``core1="fail"`` -> core 1 fails from its next probe on (the file is read per instance)."""
         cores = {name.removeprefix("core"): fault for name, fault in faults.items()}
         tmp = self.config.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"soc": self.soc, "cores": cores, "record": str(self.record)}))
+        config = {"soc": self.soc, "cores": cores, "record": str(self.record), "answer": str(self.answer)}
+        tmp.write_text(json.dumps(config))
         tmp.replace(self.config)
 
     def probed_cores(self) -> list[int]:
@@ -85,13 +99,24 @@ def probe_rig(
     work = Path(tempfile.mkdtemp(prefix="probe-", dir="/tmp"))
 
     def build(
-        *args: str, faults: dict[str, str] | None = None, librknnrt: bool = True, toolkit: str = "2.3.2"
+        *args: str,
+        faults: dict[str, str] | None = None,
+        librknnrt: bool = True,
+        toolkit: str = "2.3.2",
+        target: str = "rk3588",
     ) -> ProbeRig:
         models = work / "models"
         models.mkdir(exist_ok=True)
         # Recorded as NCHW, as rknn-toolkit2 records a converted ONNX input (the child feeds NHWC).
+        # The expected answer the probe image ships beside its models (healthy fake cores give it).
+        (models / "probe-expected.json").write_text(_make_probe_model().expected_json())
         (models / "probe-rk3588.rknn").write_bytes(
-            rknn_bytes(version=toolkit, inputs=(("x", (1, 3, 8, 8)),), outputs=(("y", (1, 4, 8, 8)),))
+            rknn_bytes(
+                version=toolkit,
+                targets=(target,),
+                inputs=(("x", (1, 3, 8, 8)),),
+                outputs=(("y", (1, 4, 8, 8)),),
+            )
         )
         image_root = work / "image"
         if librknnrt:
@@ -108,6 +133,7 @@ def probe_rig(
             record=work / "probed.txt",
             features=features,
             metrics_url=f"http://127.0.0.1:{port}/metrics",
+            answer=models / "probe-expected.json",
         )
         probe.set_faults(**(faults or {}))
         env = {
@@ -221,6 +247,27 @@ def test_sigterm_during_a_hung_probe_exits_at_once_and_kills_the_child(
     assert _probe_children(probe.config) == []
 
 
+def test_a_core_computing_wrong_results_is_caught(probe_rig: Callable[..., ProbeRig]) -> None:
+    probe = probe_rig("--probe-timeout", "30", faults={"core2": "garbage"})
+    line = probe.rig.plugin.wait_log(lambda e: e["msg"] == "core failed its probe", timeout=60)
+    assert line["core"] == 2 and "the core computes wrong results" in line["reason"]
+    probe.rig.plugin.wait_log(lambda e: e["msg"] == "core passed its probe" and e["core"] == 1, timeout=60)
+
+
+def test_expected_output_comparison() -> None:
+    from rknpu_device_plugin.devices._probe_child import output_problem
+
+    expected = json.loads(_make_probe_model().expected_json())
+    want = np.asarray(expected["output"]["values"]).reshape(expected["output"]["shape"])
+    assert output_problem([want + 0.004], expected) is None  # fp16 rounding passes
+    assert "wrong results" in (output_problem([np.zeros_like(want)], expected) or "")
+    assert "expected 256" in (output_problem([np.zeros((1, 6, 8400))], expected) or "")
+    assert "non-finite" in (output_problem([want * np.nan], expected) or "")
+    assert output_problem([], None) == "the inference returned no outputs"
+    assert output_problem([np.ones(3)], None) is None  # without expectations: finite is enough
+    assert output_problem([want], {"output": {"values": "x"}}) is None  # malformed: judges nothing
+
+
 def test_a_crashing_probe_fails_only_its_core(probe_rig: Callable[..., ProbeRig]) -> None:
     probe = probe_rig("--probe-timeout", "30", faults={"core0": "crash"})
     line = probe.rig.plugin.wait_log(lambda e: e["msg"] == "core failed its probe", timeout=60)
@@ -261,6 +308,16 @@ def test_no_probe_when_the_model_is_newer_than_librknnrt(probe_rig: Callable[...
     assert DeviceStream(probe.rig.stub()).next() == [(f"npu-core-{core}", "Healthy") for core in range(3)]
 
 
+def test_a_model_for_another_soc_is_no_verdict_on_the_cores(probe_rig: Callable[..., ProbeRig]) -> None:
+    probe = probe_rig("--probe-timeout", "30", target="rk3576")
+    line = probe.rig.plugin.wait_log(
+        lambda e: e["msg"] == "functional probe off" and "cannot judge" in e["reason"], timeout=60
+    )
+    assert "rk3576" in line["reason"]
+    assert DeviceStream(probe.rig.stub()).next() == [(f"npu-core-{core}", "Healthy") for core in range(3)]
+    assert not probe.rig.plugin.logs("core failed its probe")
+
+
 def test_whole_mode_device_fails_with_any_core(probe_rig: Callable[..., ProbeRig]) -> None:
     probe = probe_rig("--mode", "whole", "--probe-timeout", "30", faults={"core2": "fail"})
     stream = DeviceStream(probe.rig.stub())
@@ -288,6 +345,12 @@ def test_result_from_child(code: int, stdout: str, stderr: str, ok: bool, reason
     result = result_from_child(1, code, stdout, stderr, 0.5)
     assert (result.ok, result.reason) == (ok, reason)
     assert result.seconds == (0.25 if ok else 0.5)
+
+
+def test_a_probe_that_cannot_judge_gives_no_verdict() -> None:
+    stdout = '{"ok": false, "unusable": true, "reason": "unknown SoC"}'
+    result = result_from_child(2, 0, stdout, "", 0.3)
+    assert result.unusable and result.reason == "unknown SoC"
 
 
 def test_result_reason_is_bounded() -> None:
@@ -375,6 +438,20 @@ def test_loop_skips_held_cores_and_keeps_their_verdict(
     assert events.probes[-2:] == [(0, True), (2, True)]
 
 
+def test_loop_pauses_without_verdicts_when_the_probe_cannot_judge(
+    host_factory: Callable[[str], object], tmp_path: Path
+) -> None:
+    class Unusable(_Runner):
+        def probe(self, core: int, model: Path, info: NpuInfo) -> ProbeResult:
+            self.probed.append(core)
+            return ProbeResult(core, False, 0.1, "model built for rk3576", unusable=True)
+
+    runner = Unusable()
+    loop, resources, events = _loop(host_factory, tmp_path, lambda: set(), runner)
+    loop.run_round(threading.Event())
+    assert runner.probed == [0] and resources.failures == {} and events.probes == []
+
+
 def test_loop_does_not_probe_when_holders_are_unknown(
     host_factory: Callable[[str], object], tmp_path: Path
 ) -> None:
@@ -398,13 +475,14 @@ def test_probe_input_is_nhwc_whatever_the_metadata_says() -> None:
 
 def test_probe_model_graph_is_our_own_conv() -> None:
     onnx = pytest.importorskip("onnx")
-    import importlib.util
 
-    path = TESTS.parent / "images" / "probe" / "make_probe_model.py"
-    spec = importlib.util.spec_from_file_location("make_probe_model", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _make_probe_model()
     model = onnx.load_from_string(module.probe_onnx_bytes())
     assert [node.op_type for node in model.graph.node] == ["Conv", "Relu"]
     assert set(module.TARGETS) == {"rk3588", "rk3576", "rk3566", "rk3562"}
+    # The expected answer is the graph's own: onnxruntime (the CPU backend) agrees with it.
+    ort = pytest.importorskip("onnxruntime")
+    expected = json.loads(module.expected_json())
+    x = np.full((1, 3, 8, 8), expected["input"]["value"] / 255.0, dtype=np.float32)
+    got = ort.InferenceSession(module.probe_onnx_bytes()).run(None, {"x": x})[0]
+    assert np.abs(got.ravel() - np.asarray(expected["output"]["values"])).max() < 1e-5

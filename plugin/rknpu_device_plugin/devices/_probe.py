@@ -51,6 +51,9 @@ class ProbeResult:
     ok: bool
     seconds: float
     reason: str | None = None
+    unusable: bool = False
+    """The probe could not judge the core (its settings, the NPU's discovery or the model failed):
+    no verdict, and probing pauses with the reason in the log."""
 
 
 class HoldersUnknownError(Exception):
@@ -82,6 +85,8 @@ def result_from_child(
         reported = report.get("seconds")
         took = float(reported) if isinstance(reported, (int, float)) else seconds
         return ProbeResult(core, True, took)
+    if report.get("unusable") is True:
+        return ProbeResult(core, False, seconds, _bounded(str(report.get("reason"))), unusable=True)
     if "ok" in report:
         reason = str(report.get("reason") or "the probe failed")
     elif returncode is not None and returncode < 0:
@@ -160,6 +165,8 @@ class ProbeRunner:
 
     def _run(self, args: Sequence[str]) -> tuple[int | None, str, str, float]:
         """Run the child; (exit status or None on timeout, stdout, stderr, seconds)."""
+        # Reap children left stuck in the driver earlier, once they have finally died.
+        self._abandoned = [process for process in self._abandoned if process.poll() is None]
         started = time.monotonic()
         process = subprocess.Popen(
             [self._python, "-m", CHILD_MODULE, *args],
@@ -280,6 +287,10 @@ class ProbeLoop:
             result = self._runner.probe(core, model, info)
             if stop.is_set():
                 return 0.0  # killed by shutdown: not a verdict
+            if result.unusable:
+                self._available = None  # check again next round
+                self._say_off(f"the probe cannot judge the cores: {result.reason}")
+                return self._interval
             self._record(result)
             # Published per core, not per round: a broken core goes Unhealthy at once.
             self._resources.set_probe_failures(

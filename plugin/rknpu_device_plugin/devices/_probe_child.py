@@ -22,6 +22,49 @@ from collections.abc import Sequence
 from typing import Any
 
 RESULT_SCHEMA = "rknpu.probe/1"
+EXPECTED_FILE = "probe-expected.json"
+"""Beside the models (images/probe/make_probe_model.py): the input to feed and the output every core
+must give. Without it the probe feeds all-ones and checks only that outputs are finite."""
+
+
+def read_expected(model: str) -> dict[str, Any] | None:
+    """The expected answer for ``model``'s folder, or None when there is none (or it is unreadable)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(model)), EXPECTED_FILE)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            loaded = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def output_problem(outputs: Sequence[Any], expected: dict[str, Any] | None) -> str | None:
+    """Why ``outputs`` are not a working core's answer, or None. Pure (numpy only)."""
+    import numpy as np
+
+    if not outputs:
+        return "the inference returned no outputs"
+    arrays = [np.asarray(output, dtype=np.float64) for output in outputs]
+    if not all(np.all(np.isfinite(array)) for array in arrays):
+        return "the inference returned non-finite values"
+    if expected is None:
+        return None
+    try:
+        want = np.asarray(expected["output"]["values"], dtype=np.float64)
+        shape = tuple(int(d) for d in expected["output"]["shape"])
+        tolerance = float(expected.get("tolerance", 0.01))
+    except (KeyError, TypeError, ValueError):
+        return None  # a malformed expectations file judges nothing
+    got = arrays[0]
+    if got.size != want.size:
+        return f"output 0 has {got.size} values ({got.shape}), expected {want.size} {shape}"
+    worst = float(np.abs(got.ravel() - want).max())
+    if worst > tolerance:
+        return (
+            f"output 0 differs from the expected values by up to {worst:.4g} (tolerance {tolerance:g}): "
+            "the core computes wrong results"
+        )
+    return None
 
 
 def _report(fd: int, payload: dict[str, Any]) -> None:
@@ -83,11 +126,12 @@ def check(library_root: str, model: str | None = None) -> dict[str, Any]:
 
 
 def probe(model: str, core: int, root: str, soc: str, compatible_file: str | None) -> dict[str, Any]:
-    """Open ``model`` pinned to ``core`` and run one inference on an all-ones input."""
+    """Open ``model`` pinned to ``core``, run one inference and compare with the expected answer."""
     import numpy as np
 
     import rknnlaunch
     from rknnlaunch import RknnLaunchError, load_settings
+    from rknnlaunch._errors import BackendUnavailableError, DiscoveryError, ModelError, UsageError
     from rknnlaunch.model._rknnfile import read_rknn
 
     env = {"RKNN_NPU_CORES": str(core), "RKNN_NPU_SOC": soc, "RKNNLAUNCH_ROOT": root}
@@ -99,7 +143,9 @@ def probe(model: str, core: int, root: str, soc: str, compatible_file: str | Non
         info = read_rknn(model)
         if not info.inputs or not info.inputs[0].shape:
             return {"ok": False, "reason": f"the probe model {model} names no input tensor shape"}
-        x = np.ones(nhwc_shape(info.inputs[0].shape), dtype=np.uint8)
+        expected = read_expected(model)
+        value = int(expected.get("input", {}).get("value", 1)) if expected else 1
+        x = np.full(nhwc_shape(info.inputs[0].shape), value, dtype=np.uint8)
         with rknnlaunch.open(model, backend="npu", settings=settings) as runtime:
             infer_started = time.monotonic()
             outputs = runtime.infer(x)
@@ -108,15 +154,20 @@ def probe(model: str, core: int, root: str, soc: str, compatible_file: str | Non
         lines = getattr(exc, "log_lines", ()) or ()
         said = f" (runtime said: {' | '.join(lines[-3:])})" if lines else ""
         first = exc.problem.splitlines()[0] if exc.problem else type(exc).__name__
-        return {"ok": False, "reason": f"{first}{said}", "seconds": time.monotonic() - started}
-    except Exception as exc:  # the real RKNNLite may raise where the docs say it returns -1/None
-        return {"ok": False, "reason": f"{type(exc).__name__}: {exc}", "seconds": time.monotonic() - started}
-    if not outputs or not all(np.all(np.isfinite(np.asarray(o, dtype=np.float64))) for o in outputs):
+        # Settings, discovery, model or a missing backend fail every core alike: the probe cannot
+        # judge the core, so it says so instead of a verdict.
+        unusable = isinstance(exc, (UsageError, DiscoveryError, ModelError, BackendUnavailableError))
         return {
             "ok": False,
-            "reason": "the inference returned no or non-finite outputs",
+            "unusable": unusable,
+            "reason": f"{first}{said}",
             "seconds": time.monotonic() - started,
         }
+    except Exception as exc:  # the real RKNNLite may raise where the docs say it returns -1/None
+        return {"ok": False, "reason": f"{type(exc).__name__}: {exc}", "seconds": time.monotonic() - started}
+    problem = output_problem(outputs, expected)
+    if problem is not None:
+        return {"ok": False, "reason": problem, "seconds": time.monotonic() - started}
     return {"ok": True, "seconds": time.monotonic() - started, "infer_seconds": infer_seconds}
 
 

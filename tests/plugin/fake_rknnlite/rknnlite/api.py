@@ -10,6 +10,8 @@ instance, so a test can break a core and later heal it while the plugin runs:
   ``failed to submit!`` on fd 2 and ``inference`` logs its error and returns None;
 - ``hang``: ``inference`` never returns (a wedged core);
 - ``crash``: the process dies with SIGSEGV inside ``inference``;
+- ``garbage``: ``inference`` returns zeros (a core that runs but computes wrong results);
+- ``answer``: a probe-expected.json whose output a healthy core returns (else the base fake's);
 - ``record``: each inference appends ``<core>\\n`` to that file, so tests see which cores ran.
 """
 
@@ -21,6 +23,7 @@ import signal
 import threading
 from typing import Any
 
+import numpy as np
 from rknnlite_fake import FakeNpu, FakeRKNNLite, _log_native, _log_python
 
 from rknnlaunch.npu import mask_to_cores, soc_by_name
@@ -63,4 +66,10 @@ class RKNNLite(FakeRKNNLite):
                 threading.Event().wait()
             if fault == "crash":
                 os.kill(os.getpid(), signal.SIGSEGV)
+            answer = self.config.get("answer")
+            if answer:
+                with open(answer, encoding="utf-8") as handle:
+                    output = json.load(handle)["output"]
+                values = np.asarray(output["values"], dtype=np.float32).reshape(output["shape"])
+                return [np.zeros_like(values) if fault == "garbage" else values]
         return super().inference(inputs, *args, **kwargs)
