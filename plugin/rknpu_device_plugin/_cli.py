@@ -163,6 +163,13 @@ def run(settings: PluginSettings) -> int:
             settings.probe_interval,
         )
         probe.begin()  # before serving: no core is offered until its first verdict
+        wake_supervisor = resources.on_ready
+
+        def on_ready() -> None:  # an NPU found late: hold its cores back before they are served
+            probe.begin()
+            wake_supervisor()
+
+        resources.on_ready = on_ready
         threads.append(threading.Thread(target=probe.run, args=(stop,), name="probe", daemon=True))
         closers.append(probe.close)
     for thread in threads:

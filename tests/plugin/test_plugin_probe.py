@@ -27,6 +27,7 @@ from fakekubelet import DeviceStream, Rig, RigFactory, all_health
 from sdk.rknnfile_builder import rknn_bytes
 from telemetry.fake_podresources import Assignment, PodResourcesServer
 
+from fakehost import make_host
 from rknnlaunch.npu import NpuInfo
 from rknpu_device_plugin.devices._probe import (
     HoldersUnknownError,
@@ -106,6 +107,8 @@ def probe_rig(
         librknnrt: bool = True,
         toolkit: str = "2.3.2",
         target: str = "rk3588",
+        host: str | None = "rk3588-drm",
+        register: bool = True,
     ) -> ProbeRig:
         models = work / "models"
         models.mkdir(exist_ok=True)
@@ -144,7 +147,7 @@ def probe_rig(
             "RKNNLAUNCH_ROOT": str(image_root),
         }
         probe.rig = rig_factory(
-            "rk3588-drm",
+            host,
             "--probe-model",
             str(models / "probe-{soc}.rknn"),
             "--probe-interval",
@@ -157,6 +160,7 @@ def probe_rig(
             str(features),
             *args,
             env=env,
+            register=register,
         )
         return probe
 
@@ -213,6 +217,17 @@ def test_a_core_that_fails_goes_unhealthy_and_recovers(probe_rig: Callable[..., 
     stream.cancel()
     probe.rig.plugin.stop()
     assert not (probe.features / "rknpu-plugin").exists()  # a stopped plugin vouches for nothing
+
+
+def test_an_npu_found_late_is_held_back_until_probed(probe_rig: Callable[..., ProbeRig]) -> None:
+    probe = probe_rig("--probe-timeout", "30", host=None, register=False)
+    probe.rig.plugin.wait_log(lambda e: e["msg"].startswith("no usable NPU"))
+    make_host("rk3588-drm", probe.rig.host_root)  # the driver loads after the plugin started
+    probe.rig.registration = probe.rig.kubelet.wait_registration(timeout=30)[1]
+    stream = DeviceStream(probe.rig.stub())
+    assert stream.next() == [(f"npu-core-{core}", "Unhealthy") for core in range(3)]
+    stream.wait_for(all_health("Healthy"), timeout=60)
+    stream.cancel()
 
 
 def test_a_hung_core_is_killed_at_the_timeout(probe_rig: Callable[..., ProbeRig]) -> None:
