@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 
@@ -54,6 +56,10 @@ def _same_class_pairs(
     return by_class[first[upper]], by_class[second[upper]]
 
 
+PairIou = Callable[[npt.NDArray[np.float32], npt.NDArray[np.float32]], npt.NDArray[np.float32]]
+"""IoU of a[k] with b[k] for each k (axis-aligned xyxy here; rotated boxes in `_rotated`)."""
+
+
 def nms(
     boxes: npt.NDArray[np.float32],
     scores: npt.NDArray[np.float32],
@@ -69,6 +75,18 @@ def nms(
     then "kept = not suppressed by any kept higher-scored box" iterated to its fixed point (the
     greedy answer is the unique one; it takes as many rounds as the longest suppression chain).
     """
+    return nms_with(boxes, scores, class_ids, iou_threshold, max_detections, _pair_iou)
+
+
+def nms_with(
+    boxes: npt.NDArray[np.float32],
+    scores: npt.NDArray[np.float32],
+    class_ids: npt.NDArray[np.int64],
+    iou_threshold: float,
+    max_detections: int,
+    pair_iou: PairIou,
+) -> npt.NDArray[np.intp]:
+    """`nms` with any pairwise IoU (``boxes`` rows are whatever ``pair_iou`` reads)."""
     count = int(scores.shape[0])
     if count == 0 or max_detections <= 0:
         return np.zeros((0,), np.intp)
@@ -77,9 +95,10 @@ def nms(
     sorted_classes = class_ids[order]
     pairs = _same_class_pairs(sorted_classes)
     if pairs is None:
-        return np.asarray(order[_greedy_rows(sorted_boxes, sorted_classes, iou_threshold, max_detections)])
+        kept = _greedy_rows(sorted_boxes, sorted_classes, iou_threshold, max_detections, pair_iou)
+        return np.asarray(order[kept])
     higher, lower = pairs
-    overlap = _pair_iou(sorted_boxes[higher], sorted_boxes[lower]) > iou_threshold
+    overlap = pair_iou(sorted_boxes[higher], sorted_boxes[lower]) > iou_threshold
     higher, lower = higher[overlap], lower[overlap]
     keep = np.ones(count, bool)
     while True:
@@ -101,7 +120,11 @@ def _pair_iou(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> npt.NDA
 
 
 def _greedy_rows(
-    boxes: npt.NDArray[np.float32], classes: npt.NDArray[np.int64], iou_threshold: float, limit: int
+    boxes: npt.NDArray[np.float32],
+    classes: npt.NDArray[np.int64],
+    iou_threshold: float,
+    limit: int,
+    pair_iou: PairIou,
 ) -> npt.NDArray[np.intp]:
     """Plain greedy NMS over score-sorted boxes, one IoU row per kept box (for huge inputs)."""
     keep: list[int] = []
@@ -113,6 +136,7 @@ def _greedy_rows(
         same = classes[rest] == classes[best]
         over = np.zeros(rest.shape, bool)
         if same.any():
-            over[same] = iou_row(boxes[best], boxes[rest[same]]) > iou_threshold
+            others = boxes[rest[same]]
+            over[same] = pair_iou(np.repeat(boxes[best][None], len(others), axis=0), others) > iou_threshold
         remaining = rest[~over]
     return np.asarray(keep, np.intp)
