@@ -33,7 +33,7 @@ from ._decode import (
     make_decoder,
     postprocess,
 )
-from ._draw import COCO_NAMES, class_name, draw_detections
+from ._draw import COCO_NAMES, COCO_SKELETON, class_name, draw_detections, image_masks
 from ._image import read_image
 from ._layouts import TASKS, YOLOV5_ANCHORS, Task, class_names, parse_anchors
 from ._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS, Letterboxer, geometry, letterbox
@@ -43,6 +43,7 @@ from ._types import Detections, LetterboxInfo, mask_rle, rle_decode
 
 __all__ = [
     "COCO_NAMES",
+    "COCO_SKELETON",
     "LAYOUTS",
     "PAD_RKNN_MODEL_ZOO",
     "PAD_ULTRALYTICS",
@@ -63,6 +64,7 @@ __all__ = [
     "dfl_distances",
     "draw_detections",
     "geometry",
+    "image_masks",
     "iou_matrix",
     "letterbox",
     "make_decoder",
