@@ -113,11 +113,10 @@ _BINS = _DflBins()
 
 def dfl_distances(logits: FloatArray) -> FloatArray:
     """4 x bins x K DFL logits -> 4 x K distances (expectation of the softmax over the bins)."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        shifted = logits - logits.max(axis=1, keepdims=True)
-        np.exp(shifted, out=shifted)
-        weights = _BINS.get(logits.shape[1])
-        return np.asarray((shifted * weights).sum(axis=1) / shifted.sum(axis=1), np.float32)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    np.exp(shifted, out=shifted)
+    weights = _BINS.get(logits.shape[1])
+    return np.asarray((shifted * weights).sum(axis=1) / shifted.sum(axis=1), np.float32)
 
 
 @dataclass
@@ -170,24 +169,45 @@ def _best_class(
     return anchors, best_class.astype(np.int64, copy=False), best_score.astype(np.float32, copy=False)
 
 
-class _Split(NamedTuple):
-    anchors: IntArray  # global
-    classes: npt.NDArray[np.int64]
-    scores: FloatArray
-    dist: FloatArray  # 4 x K (left, top, right, bottom) in grid cells
-    centre_x: FloatArray  # grid cell centres
-    centre_y: FloatArray
-    stride_x: FloatArray
-    stride_y: FloatArray
+def _branch_boxes(
+    dist: FloatArray,
+    anchors: IntArray,
+    width: int,
+    stride_x: float,
+    stride_y: float,
+    angles: FloatArray | None,
+) -> FloatArray:
+    """xyxy input pixels of one branch's anchors from their DFL distances (obb: unrotated box)."""
+    centre_x = (anchors % width).astype(np.float32) + np.float32(0.5)
+    centre_y = (anchors // width).astype(np.float32) + np.float32(0.5)
+    sx, sy = np.float32(stride_x), np.float32(stride_y)
+    boxes = np.empty((anchors.size, 4), np.float32)
+    if angles is None:
+        boxes[:, 0] = (centre_x - dist[0]) * sx
+        boxes[:, 1] = (centre_y - dist[1]) * sy
+        boxes[:, 2] = (centre_x + dist[2]) * sx
+        boxes[:, 3] = (centre_y + dist[3]) * sy
+        return boxes
+    # dist2rbox: the box's own frame has sides (left+right) x (top+bottom); its centre is offset
+    # from the anchor by half the side differences, rotated by the angle.
+    cos, sin = np.cos(angles), np.sin(angles)
+    off_x, off_y = (dist[2] - dist[0]) / 2, (dist[3] - dist[1]) / 2
+    mid_x = (centre_x + off_x * cos - off_y * sin) * sx
+    mid_y = (centre_y + off_x * sin + off_y * cos) * sy
+    half_w, half_h = (dist[0] + dist[2]) * (sx / 2), (dist[1] + dist[3]) * (sy / 2)
+    boxes[:, 0], boxes[:, 1] = mid_x - half_w, mid_y - half_h
+    boxes[:, 2], boxes[:, 3] = mid_x + half_w, mid_y + half_h
+    return boxes
 
 
-def _split_candidates(
+def _decode_split(
     plan: Plan, outputs: Sequence[Tensor], quant: Sequence[Quant | None], conf: float, size: tuple[int, int]
-) -> _Split | None:
+) -> _Found:
     """DFL heads split per stride (rknn-9/6/yolov10/seg/pose/obb): anchors above ``conf``."""
     threshold = _logit(conf) if plan.class_logits else conf
-    parts: list[tuple[Any, ...]] = []
     box_rows = 4 * plan.bins
+    parts: list[tuple[FloatArray, FloatArray, npt.NDArray[np.int64], IntArray, FloatArray | None]] = []
+    angle_t = None if plan.angles is None else outputs[plan.angles].reshape(-1)
     for branch in plan.branches:
         cells = branch.height * branch.width
         box_t, box_q = outputs[branch.box], quant[branch.box]
@@ -214,58 +234,35 @@ def _split_candidates(
         anchors, classes, scores = _best_class(cls2d, anchors, cls_q, conf, plan.class_logits)
         if anchors.size == 0:
             continue
-        logits = _dequantise(box2d.reshape(4, plan.bins, cells)[:, :, anchors], box_q)
+        dist = dfl_distances(_dequantise(box2d.reshape(4, plan.bins, cells)[:, :, anchors], box_q))
+        angles = None
+        if angle_t is not None:
+            raw = _dequantise(angle_t[anchors + branch.offset], quant[plan.angles or 0])
+            angles = (raw - np.float32(0.25)) * np.float32(math.pi)
         stride_x, stride_y = size[0] / branch.width, size[1] / branch.height
-        parts.append((anchors, classes, scores, dfl_distances(logits), branch, stride_x, stride_y))
+        boxes = _branch_boxes(dist, anchors, branch.width, stride_x, stride_y, angles)
+        parts.append((boxes, scores, classes, anchors + branch.offset, angles))
     if not parts:
-        return None
-    return _Split(
-        np.concatenate([p[0] + p[4].offset for p in parts]),
-        np.concatenate([p[1] for p in parts]),
-        np.concatenate([p[2] for p in parts]),
-        np.concatenate([p[3] for p in parts], axis=1),
-        np.concatenate([(p[0] % p[4].width).astype(np.float32) + np.float32(0.5) for p in parts]),
-        np.concatenate([(p[0] // p[4].width).astype(np.float32) + np.float32(0.5) for p in parts]),
-        np.concatenate([np.full(p[0].size, p[5], np.float32) for p in parts]),
-        np.concatenate([np.full(p[0].size, p[6], np.float32) for p in parts]),
-    )
-
-
-def _decode_split(
-    plan: Plan, outputs: Sequence[Tensor], quant: Sequence[Quant | None], conf: float, size: tuple[int, int]
-) -> _Found:
-    split = _split_candidates(plan, outputs, quant, conf, size)
-    if split is None:
         return _empty_found()
-    dist, cx, cy, sx, sy = split.dist, split.centre_x, split.centre_y, split.stride_x, split.stride_y
-    boxes = np.empty((split.anchors.size, 4), np.float32)
-    found = _Found(boxes, split.scores, split.classes, split.anchors)
-    if plan.angles is not None:
-        raw = _dequantise(outputs[plan.angles].reshape(-1)[split.anchors], quant[plan.angles])
-        angles = (raw - np.float32(0.25)) * np.float32(math.pi)
-        # dist2rbox: the box's own frame has sides (left+right) x (top+bottom); its centre is offset
-        # from the anchor by half the side differences, rotated by the angle.
-        cos, sin = np.cos(angles), np.sin(angles)
-        off_x, off_y = (dist[2] - dist[0]) / 2, (dist[3] - dist[1]) / 2
-        centre_x = (cx + off_x * cos - off_y * sin) * sx
-        centre_y = (cy + off_x * sin + off_y * cos) * sy
-        half_w, half_h = (dist[0] + dist[2]) * sx / 2, (dist[1] + dist[3]) * sy / 2
-        boxes[:, 0], boxes[:, 1] = centre_x - half_w, centre_y - half_h
-        boxes[:, 2], boxes[:, 3] = centre_x + half_w, centre_y + half_h
-        found.angles = np.asarray(angles, np.float32)
-        return found
-    boxes[:, 0] = (cx - dist[0]) * sx
-    boxes[:, 1] = (cy - dist[1]) * sy
-    boxes[:, 2] = (cx + dist[2]) * sx
-    boxes[:, 3] = (cy + dist[3]) * sy
+    if len(parts) == 1:
+        boxes, scores, classes, anchors, angles = parts[0]
+        found = _Found(boxes, scores, classes, anchors, angles)
+    else:
+        found = _Found(
+            np.concatenate([p[0] for p in parts]),
+            np.concatenate([p[1] for p in parts]),
+            np.concatenate([p[2] for p in parts]),
+            np.concatenate([p[3] for p in parts]),
+            None if angle_t is None else np.concatenate([p[4] for p in parts if p[4] is not None]),
+        )
     if plan.keypoints is not None:
         kpt_t = outputs[plan.keypoints]
         raw = _dequantise(
-            kpt_t.reshape(kpt_t.shape[1], kpt_t.shape[2], -1)[:, :, split.anchors], quant[plan.keypoints]
+            kpt_t.reshape(kpt_t.shape[1], kpt_t.shape[2], -1)[:, :, found.anchors], quant[plan.keypoints]
         )
         found.keypoints = _keypoint_triples(raw.transpose(2, 0, 1))
     if plan.protos is not None:
-        found.coefficients = _gather_coefficients(plan, outputs, quant, split.anchors)
+        found.coefficients = _gather_coefficients(plan, outputs, quant, found.anchors)
     return found
 
 
@@ -454,6 +451,7 @@ class Decoder:
         self.masks: MaskResolution = masks
         self.names = tuple(names) if names is not None else None
         self.dropped_non_finite = 0
+        self._end2end_float = plan.layout == "end2end" and all(q is None for q in self.quant)
         if plan.note:
             log.info("%s", plan.note)
 
@@ -465,14 +463,14 @@ class Decoder:
                 f"{len(expected)} ({', '.join(str(list(s)) for s in expected)})",
                 "make a decoder for this model's outputs (make_decoder with its output shapes)",
             )
-        for index, (output, shape, entry) in enumerate(zip(outputs, expected, self.quant, strict=True)):
-            if tuple(output.shape) != shape:
+        for index, output in enumerate(outputs):
+            if output.shape != expected[index]:
                 raise ModelError(
                     f"output {index} has shape {list(output.shape)}; "
-                    f"the {self.layout} decoder expects {list(shape)}",
+                    f"the {self.layout} decoder expects {list(expected[index])}",
                     "make a decoder for this model's outputs (make_decoder with its output shapes)",
                 )
-            if entry is None and not np.issubdtype(output.dtype, np.floating):
+            if output.dtype.kind != "f" and self.quant[index] is None:
                 _dequantise(output[:0], None)  # raises the "no zero point/scale" UsageError
 
     def _input_size(self, outputs: Sequence[Tensor], info: LetterboxInfo | None) -> tuple[int, int]:
@@ -504,17 +502,17 @@ class Decoder:
                 found = _decode_table(plan, outputs, quant, conf)
         found, dropped = _finite(found, plan.num_classes)
         if dropped:
-            if self.dropped_non_finite == 0:
-                log.warning(
-                    "%s decoder: dropped %d candidate detection(s) with NaN/Inf values or impossible "
-                    "class ids in the model outputs (logged once; decoder.dropped_non_finite counts on)",
-                    self.layout,
-                    dropped,
-                )
-            self.dropped_non_finite += dropped
+            self._note_dropped(dropped)
         return found
 
     def __call__(self, outputs: Sequence[Tensor], info: LetterboxInfo | None = None) -> Detections:
+        if self._end2end_float:
+            fast = self._end2end(outputs, info)
+            if fast is not None:
+                return fast
+        return self._decode(outputs, info)
+
+    def _decode(self, outputs: Sequence[Tensor], info: LetterboxInfo | None) -> Detections:
         outputs = list(outputs)
         found = self.candidates(outputs, info)
         plan = self.plan
@@ -532,6 +530,50 @@ class Decoder:
             keep = nms(found.boxes, found.scores, found.class_ids, self.iou_threshold, self.max_detections)
         kept = found.take(keep)
         return self._result(kept, outputs, info)
+
+    def _end2end(self, outputs: Sequence[Tensor], info: LetterboxInfo | None) -> Detections | None:
+        """The NMS-free float [1, N, 6] head with as few numpy calls as possible (it is tiny).
+
+        None when anything is unusual (wrong shape, NaN/Inf, impossible class ids): the general
+        path then decodes (or raises) as for every other layout.
+        """
+        if len(outputs) != 1 or outputs[0].shape != self.plan.shapes[0] or outputs[0].dtype.kind != "f":
+            return None
+        rows = outputs[0][0]
+        picked = rows[rows[:, 4] >= self.conf_threshold]  # NaN scores fail the comparison
+        count = picked.shape[0]
+        if not np.isfinite(picked).all():
+            return None
+        classes = picked[:, 5]
+        if count and (
+            classes.min() < 0 or (self.plan.num_classes and classes.max() >= self.plan.num_classes)
+        ):
+            return None
+        if count > 1 and (picked[1:, 4] > picked[:-1, 4]).any():  # heads emit rows sorted; if not:
+            picked = picked[np.argsort(-picked[:, 4], kind="stable")]
+        if count > self.max_detections:
+            picked = picked[: self.max_detections]
+        boxes = np.array(picked[:, :4], np.float32)
+        if info is not None:
+            boxes -= np.array((info.pad_x, info.pad_y, info.pad_x, info.pad_y), np.float32)
+            boxes *= np.array((1 / info.scale_x, 1 / info.scale_y) * 2, np.float32)
+            np.clip(boxes, 0, np.array((info.source_width, info.source_height) * 2, np.float32), out=boxes)
+        return Detections(
+            boxes,
+            np.array(picked[:, 4], np.float32),
+            np.rint(classes[: len(boxes)]).astype(np.int64),
+            names=self.names,
+        )
+
+    def _note_dropped(self, dropped: int) -> None:
+        if self.dropped_non_finite == 0:
+            log.warning(
+                "%s decoder: dropped %d candidate detection(s) with NaN/Inf values or impossible "
+                "class ids in the model outputs (logged once; decoder.dropped_non_finite counts on)",
+                self.layout,
+                dropped,
+            )
+        self.dropped_non_finite += dropped
 
     def _result(self, kept: _Found, outputs: Sequence[Tensor], info: LetterboxInfo | None) -> Detections:
         plan = self.plan
@@ -679,8 +721,9 @@ class YoloDecoder:
         return decoder
 
     def __call__(self, outputs: Sequence[Tensor], info: LetterboxInfo | None = None) -> Detections:
-        outputs = list(outputs)
-        return self.decoder_for([o.shape for o in outputs])(outputs, info)
+        key = tuple(o.shape for o in outputs)
+        decoder = self._decoders.get(key) or self.decoder_for(key)
+        return decoder(outputs, info)
 
 
 def postprocess(

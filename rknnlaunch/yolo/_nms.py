@@ -56,6 +56,10 @@ def _same_class_pairs(
     return by_class[first[upper]], by_class[second[upper]]
 
 
+_SEQUENTIAL_LIMIT = 20_000
+"""Up to this many overlapping pairs, the greedy answer is read off in one Python pass over them;
+above, "kept = not suppressed by a kept higher box" is iterated to its fixed point in numpy."""
+
 PairIou = Callable[[npt.NDArray[np.float32], npt.NDArray[np.float32]], npt.NDArray[np.float32]]
 """IoU of a[k] with b[k] for each k (axis-aligned xyxy here; rotated boxes in `_rotated`)."""
 
@@ -73,7 +77,8 @@ def nms(
     above ``iou_threshold``. Equal scores keep their input order (stable sort). The result is
     exactly greedy NMS's, computed without a Python loop per box: IoU only for same-class pairs,
     then "kept = not suppressed by any kept higher-scored box" iterated to its fixed point (the
-    greedy answer is the unique one; it takes as many rounds as the longest suppression chain).
+    greedy answer is the unique one; it takes as many rounds as the longest suppression chain), or
+    for the usual few hundred overlapping pairs, one pass over them in order.
     """
     return nms_with(boxes, scores, class_ids, iou_threshold, max_detections, _pair_iou)
 
@@ -100,13 +105,23 @@ def nms_with(
     higher, lower = pairs
     overlap = pair_iou(sorted_boxes[higher], sorted_boxes[lower]) > iou_threshold
     higher, lower = higher[overlap], lower[overlap]
-    keep = np.ones(count, bool)
-    while True:
-        suppressed = np.zeros(count, bool)
-        suppressed[lower[keep[higher]]] = True
-        if np.array_equal(suppressed, ~keep):
-            break
-        keep = ~suppressed
+    if higher.size <= _SEQUENTIAL_LIMIT:
+        # Greedy in one pass over the overlapping pairs, by the lower-scored box: when a pair is
+        # reached, its higher-scored box's fate is already final (all pairs below it came first).
+        by_lower = np.argsort(lower, kind="stable")
+        keep_list = [True] * count
+        for high, low in zip(higher[by_lower].tolist(), lower[by_lower].tolist(), strict=True):
+            if keep_list[high] and keep_list[low]:
+                keep_list[low] = False
+        keep = np.array(keep_list, bool)
+    else:
+        keep = np.ones(count, bool)
+        while True:
+            suppressed = np.zeros(count, bool)
+            suppressed[lower[keep[higher]]] = True
+            if np.array_equal(suppressed, ~keep):
+                break
+            keep = ~suppressed
     return np.asarray(order[np.flatnonzero(keep)[:max_detections]], np.intp)
 
 

@@ -29,62 +29,70 @@ def _cross(
     return np.asarray(ax * by - ay * bx)
 
 
-def _inside(points: npt.NDArray[np.float64], poly: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
-    """M x P points inside (or on) the M convex quads ``poly`` (M x 4 x 2, consistent winding)."""
-    start = poly[:, None, :, :]  # M x 1 x 4 x 2
-    edge = np.roll(poly, -1, axis=1)[:, None, :, :] - start
-    rel = points[:, :, None, :] - start
-    cross = _cross(edge[..., 0], edge[..., 1], rel[..., 0], rel[..., 1])  # M x P x 4
-    scale = np.abs(edge).sum(axis=-1) * 1e-9 + 1e-12
-    return np.asarray((cross >= -scale).all(axis=2) | (cross <= scale).all(axis=2))
+def _max4(a: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Max over the last axis of length 4 (numpy's reductions over tiny axes are slow)."""
+    return np.maximum(np.maximum(a[..., 0], a[..., 1]), np.maximum(a[..., 2], a[..., 3]))
 
 
-def _edge_crossings(
-    a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
-    """The 16 edge-edge intersection points of quads a and b (M x 16 x 2) and which exist."""
-    p = a[:, :, None, :]
-    r = (np.roll(a, -1, axis=1) - a)[:, :, None, :]
-    q = b[:, None, :, :]
-    s = (np.roll(b, -1, axis=1) - b)[:, None, :, :]
-    denom = _cross(r[..., 0], r[..., 1], s[..., 0], s[..., 1])
-    qp = q - p
+def _min4(a: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    return np.minimum(np.minimum(a[..., 0], a[..., 1]), np.minimum(a[..., 2], a[..., 3]))
+
+
+def _clipped_boundary(
+    poly: npt.NDArray[np.float64], other: npt.NDArray[np.float64], keep_shared: bool
+) -> npt.NDArray[np.float64]:
+    """Twice the signed area contributed by the parts of ``poly``'s edges inside ``other``.
+
+    Each edge p + t d (0 <= t <= 1) is clipped against the other quad's four half-planes
+    (Cyrus-Beck); the kept piece adds cross(start, end) to the shoelace sum of the intersection's
+    boundary. An edge lying on an edge of the other quad in the same direction is kept only from
+    one side (``keep_shared``), so shared sides count once and touching sides not at all.
+    Arrays are M x 4 (edges of poly) x 4 (half-planes of other), x and y kept apart.
+    """
+    px, py = poly[:, :, 0], poly[:, :, 1]
+    dx, dy = np.roll(px, -1, axis=1) - px, np.roll(py, -1, axis=1) - py
+    ox, oy = other[:, :, 0], other[:, :, 1]
+    ex, ey = (np.roll(ox, -1, axis=1) - ox)[:, None, :], (np.roll(oy, -1, axis=1) - oy)[:, None, :]
+    rx, ry = px[:, :, None] - ox[:, None, :], py[:, :, None] - oy[:, None, :]
+    n0 = ex * ry - ey * rx  # >= 0: the edge's start is inside this half-plane
+    n1 = ex * dy[:, :, None] - ey * dx[:, :, None]
+    tol = (np.abs(ex) + np.abs(ey)) * (np.abs(dx) + np.abs(dy))[:, :, None] * 1e-9 + 1e-300
+    tol = tol + (np.abs(ex) + np.abs(ey)) * (np.abs(rx) + np.abs(ry)) * 1e-9
+    parallel = np.abs(n1) <= tol
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = _cross(qp[..., 0], qp[..., 1], s[..., 0], s[..., 1]) / denom
-        u = _cross(qp[..., 0], qp[..., 1], r[..., 0], r[..., 1]) / denom
-    ok = (denom != 0) & (t >= 0) & (t <= 1) & (u >= 0) & (u <= 1)
-    points = p + np.where(ok, t, 0.0)[..., None] * r
-    return points.reshape(len(a), 16, 2), ok.reshape(len(a), 16)
-
-
-def _polygon_area(points: npt.NDArray[np.float64], valid: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
-    """Area of the convex hull of each row's valid points (they are a convex polygon's vertices)."""
-    count = valid.sum(axis=1)
-    weights = valid.astype(np.float64)
-    centre = (points * weights[..., None]).sum(axis=1) / np.maximum(count, 1)[:, None]
-    rel = points - centre[:, None, :]
-    angle = np.where(valid, np.arctan2(rel[..., 1], rel[..., 0]), np.inf)
-    order = np.argsort(angle, axis=1)
-    ordered = np.take_along_axis(rel, order[..., None], axis=1)
-    ordered_valid = np.take_along_axis(valid, order, axis=1)
-    # Invalid slots (sorted last) repeat the first vertex: they add nothing to the shoelace sum.
-    ordered = np.where(ordered_valid[..., None], ordered, ordered[:, :1, :])
-    nxt = np.roll(ordered, -1, axis=1)
-    area = 0.5 * np.abs(_cross(ordered[..., 0], ordered[..., 1], nxt[..., 0], nxt[..., 1]).sum(axis=1))
-    return np.asarray(np.where(count >= 3, area, 0.0))
+        t = -n0 / np.where(parallel, 1.0, n1)
+    t0 = np.maximum(_max4(np.where(~parallel & (n1 > 0), t, 0.0)), 0.0)
+    t1 = np.minimum(_min4(np.where(~parallel & (n1 < 0), t, 1.0)), 1.0)
+    inside = n0 > tol
+    if keep_shared:
+        inside |= (np.abs(n0) <= tol) & ((dx[:, :, None] * ex + dy[:, :, None] * ey) > 0)
+    allowed = ~parallel | inside
+    ok = (t1 > t0) & allowed[..., 0] & allowed[..., 1] & allowed[..., 2] & allowed[..., 3]
+    x0, y0 = px + t0 * dx, py + t0 * dy
+    x1, y1 = px + t1 * dx, py + t1 * dy
+    piece = np.where(ok, x0 * y1 - y0 * x1, 0.0)
+    return np.asarray(piece[:, 0] + piece[:, 1] + piece[:, 2] + piece[:, 3])
 
 
 def rotated_iou_pairs(a: npt.NDArray[np.floating], b: npt.NDArray[np.floating]) -> FloatArray:
     """IoU of rotated box a[k] with b[k] for each k; boxes are (cx, cy, w, h, angle radians)."""
-    if len(a) == 0:
-        return np.zeros((0,), np.float32)
-    ca, cb = rbox_corners(a), rbox_corners(b)
-    crossings, crossing_ok = _edge_crossings(ca, cb)
-    points = np.concatenate([ca, cb, crossings], axis=1)
-    valid = np.concatenate([_inside(ca, cb), _inside(cb, ca), crossing_ok], axis=1)
-    inter = _polygon_area(points, valid)
-    area_a = np.abs(np.asarray(a, np.float64)[:, 2] * np.asarray(a, np.float64)[:, 3])
-    area_b = np.abs(np.asarray(b, np.float64)[:, 2] * np.asarray(b, np.float64)[:, 3])
+    out = np.zeros((len(a),), np.float32)
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    # Only boxes whose circumscribed circles meet can intersect: the polygon work is for those.
+    reach = (np.hypot(a64[:, 2], a64[:, 3]) + np.hypot(b64[:, 2], b64[:, 3])) / 2
+    near = np.flatnonzero(np.hypot(a64[:, 0] - b64[:, 0], a64[:, 1] - b64[:, 1]) < reach)
+    if near.size:
+        out[near] = _polygon_iou(a64[near], b64[near])
+    return out
+
+
+def _polygon_iou(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> FloatArray:
+    origin = a[:, None, :2]  # work relative to a's centre: smaller numbers, smaller errors
+    ca, cb = rbox_corners(a) - origin, rbox_corners(b) - origin
+    twice = _clipped_boundary(ca, cb, keep_shared=True) + _clipped_boundary(cb, ca, keep_shared=False)
+    area_a = np.abs(a[:, 2] * a[:, 3])
+    area_b = np.abs(b[:, 2] * b[:, 3])
+    inter = np.clip(np.abs(twice) / 2, 0.0, np.minimum(area_a, area_b))
     union = area_a + area_b - inter
     return np.asarray(np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0), np.float32)
 

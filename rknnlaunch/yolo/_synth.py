@@ -203,10 +203,14 @@ def encode_rknn_seg(
 
 
 def encode_rknn_pose(
-    objects: Sequence[SynthObject], num_classes: int = 1, input_size: int = 640, keypoints: int = 17
+    objects: Sequence[SynthObject],
+    num_classes: int = 1,
+    input_size: int = 640,
+    keypoints: int = 17,
+    rng: np.random.Generator | None = None,
 ) -> list[npt.NDArray[np.float32]]:
     """rknn_model_zoo YOLOv8-pose: per stride [1, 64 + nc, H, W] (class logits); [1, K, 3, N]."""
-    grids = _grids(objects, num_classes, input_size, 16, None, -9.0)
+    grids = _grids(objects, num_classes, input_size, 16, rng, -9.0)
     total = sum((input_size // s) ** 2 for s in STRIDES)
     kpts = np.zeros((keypoints, 3, total), np.float32)
     for item in grids.placed:
@@ -217,11 +221,14 @@ def encode_rknn_pose(
 
 
 def encode_rknn_obb(
-    objects: Sequence[SynthObject], num_classes: int = 15, input_size: int = 640
+    objects: Sequence[SynthObject],
+    num_classes: int = 15,
+    input_size: int = 640,
+    rng: np.random.Generator | None = None,
 ) -> list[npt.NDArray[np.float32]]:
     """rknn_model_zoo YOLOv8-obb: per stride [1, 64 + nc, H, W] (class logits); angles [1, 1, N]
     holding angle / pi + 0.25 (the head's sigmoid output)."""
-    grids = _grids(objects, num_classes, input_size, 16, None, -9.0)
+    grids = _grids(objects, num_classes, input_size, 16, rng, -9.0)
     total = sum((input_size // s) ** 2 for s in STRIDES)
     angles = np.full((1, 1, total), 0.25, np.float32)
     for item in grids.placed:
@@ -238,16 +245,24 @@ def encode_ultralytics(
     task: str = "detect",
     keypoints: int = 17,
     masks: int = 32,
+    rng: np.random.Generator | None = None,
 ) -> list[npt.NDArray[np.float32]]:
     """Ultralytics' single [1, 4 + nc + extras, N] output with the same anchors as `encode_rknn`.
 
     Extras: seg 32 mask coefficients, pose K x (x, y, visibility), obb the angle (radians, last).
-    For obb, cx, cy, w, h are the rotated box's centre and own sides.
+    For obb, cx, cy, w, h are the rotated box's centre and own sides. ``rng`` adds faint class
+    score noise everywhere and random boxes/extras on the other anchors (real frames have them).
     """
     sizes = [(input_size // s) ** 2 for s in STRIDES]
     offsets = np.cumsum([0, *sizes])
     extra = {"detect": 0, "segment": masks, "pose": keypoints * 3, "obb": 1}[task]
     table = np.zeros((4 + num_classes + extra, int(offsets[-1])), np.float32)
+    if rng is not None:
+        anchors = table.shape[1]
+        table[:2] = rng.uniform(0, input_size, size=(2, anchors))
+        table[2:4] = rng.uniform(4, 200, size=(2, anchors))
+        table[4 : 4 + num_classes] = _background(rng, (num_classes, anchors), -9.0)
+        table[4 + num_classes :] = rng.normal(0, 1, size=(extra, anchors))
     for item in place(objects, input_size, bins):
         x1, y1, x2, y2 = item.obj.box
         column = int(offsets[item.stride_index]) + item.anchor
@@ -362,6 +377,67 @@ def realistic_objects(
                 score = base * (1.0 if dx == dy == 0 else rng.uniform(0.3, 0.9))
                 items.append(SynthObject(box, class_id, float(score)))
     return items
+
+
+def realistic_layout_frame(
+    layout: str, rng: np.random.Generator, objects: int = 20, num_classes: int | None = None
+) -> tuple[list[npt.NDArray[np.float32]], dict[str, object]]:
+    """A realistic 640 x 640 frame of ``layout`` (noise everywhere, ``objects`` objects each seen
+    by 3 x 3 neighbouring anchors) and the metadata an export of it would carry.
+
+    Class counts default to what such models have: 80 (detect, segment), 1 (pose), 15 (obb).
+    """
+    task = {"seg": "segment", "pose": "pose", "obb": "obb"}.get(layout.split("-")[-1], "detect")
+    nc = num_classes or {"detect": 80, "segment": 80, "pose": 1, "obb": 15}[task]
+    items = realistic_objects(rng, objects, nc)
+    meta: dict[str, object] = {"task": task, "names": [f"c{i}" for i in range(nc)], "imgsz": [640, 640]}
+    if task == "pose":
+        meta["kpt_shape"] = [17, 3]
+        items = [
+            SynthObject(
+                o.box,
+                o.class_id,
+                o.score,
+                keypoints=tuple(
+                    (float(rng.uniform(o.box[0], o.box[2])), float(rng.uniform(o.box[1], o.box[3])), float(v))
+                    for v in rng.uniform(0, 1, 17)
+                ),
+            )
+            for o in items
+        ]
+    elif task == "obb":
+        base = rng.uniform(-0.7, 2.3, objects)  # one angle per object, jittered per anchor
+        items = [
+            SynthObject(o.box, o.class_id, o.score, angle=float(base[i // 9] + rng.normal(0, 0.03)))
+            for i, o in enumerate(items)
+        ]
+    elif task == "segment":
+        items = [
+            SynthObject(o.box, o.class_id, o.score, coefficients=tuple(rng.normal(0, 1, 32))) for o in items
+        ]
+    if layout in ("rknn-9", "rknn-6"):
+        return encode_rknn(items, nc, with_score_sum=layout == "rknn-9", rng=rng), meta
+    if layout == "rknn-seg":
+        return encode_rknn_seg(items, smooth_protos(rng), nc, rng=rng), meta
+    if layout == "rknn-pose":
+        return encode_rknn_pose(items, nc, rng=rng), meta
+    if layout == "rknn-obb":
+        return encode_rknn_obb(items, nc, rng=rng), meta
+    if layout == "rknn-yolov5":
+        return encode_yolov5(items, nc, rng=rng), meta
+    if layout == "end2end":
+        # An NMS-free head: one row per object (the centre of each 3 x 3 patch), the rest weak.
+        centres = [items[i * 9 + 4] for i in range(objects)]
+        weak = [SynthObject(o.box, o.class_id, float(rng.uniform(0, 0.1))) for o in items[: 300 - objects]]
+        return encode_end2end([*centres, *weak]), {**meta, "end2end": True}
+    table = encode_ultralytics(items, nc, task=task, rng=rng)
+    return ([*table, smooth_protos(rng)[None]] if task == "segment" else table), meta
+
+
+def smooth_protos(rng: np.random.Generator, masks: int = 32, size: int = 160) -> FloatArray:
+    """Protos like a model's: smooth blobs (noise upsampled 8x), mean 0."""
+    coarse = rng.normal(0, 1, size=(masks, size // 8, size // 8)).astype(np.float32)
+    return np.ascontiguousarray(np.repeat(np.repeat(coarse, 8, axis=1), 8, axis=2))
 
 
 def realistic_frame(

@@ -32,8 +32,12 @@ def test_matches_plain_greedy_nms(seed: int) -> None:
     assert nms(boxes, scores, classes, 0.45).tolist() == plain_nms(boxes, scores, classes, 0.45)
 
 
+@pytest.mark.parametrize("sequential_limit", [20_000, 0], ids=["one-pass", "fixed-point"])
 @pytest.mark.parametrize("seed", range(5))
-def test_matches_plain_greedy_nms_on_dense_single_class_clusters(seed: int) -> None:
+def test_matches_plain_greedy_nms_on_dense_single_class_clusters(
+    seed: int, sequential_limit: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nms_module, "_SEQUENTIAL_LIMIT", sequential_limit)
     rng = np.random.default_rng(100 + seed)
     boxes, scores, _ = random_boxes(rng, 200)
     boxes = boxes / 3  # crowd them: long suppression chains
