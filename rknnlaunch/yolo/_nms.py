@@ -80,7 +80,7 @@ def nms(
     greedy answer is the unique one; it takes as many rounds as the longest suppression chain), or
     for the usual few hundred overlapping pairs, one pass over them in order.
     """
-    return nms_with(boxes, scores, class_ids, iou_threshold, max_detections, _pair_iou)
+    return nms_with(boxes, scores, class_ids, iou_threshold, max_detections, _pair_iou, iou_matrix)
 
 
 def nms_with(
@@ -90,21 +90,37 @@ def nms_with(
     iou_threshold: float,
     max_detections: int,
     pair_iou: PairIou,
+    matrix_iou: Callable[[npt.NDArray[np.float32]], npt.NDArray[np.float32]] | None = None,
 ) -> npt.NDArray[np.intp]:
-    """`nms` with any pairwise IoU (``boxes`` rows are whatever ``pair_iou`` reads)."""
+    """`nms` with any pairwise IoU (``boxes`` rows are whatever ``pair_iou`` reads).
+
+    ``matrix_iou`` (all pairs at once), when given, is used when most pairs are same-class pairs
+    anyway (few classes): a dense N x N IoU is cheaper than gathering the pairs.
+    """
     count = int(scores.shape[0])
     if count == 0 or max_detections <= 0:
         return np.zeros((0,), np.intp)
     order = np.argsort(-scores, kind="stable")
     sorted_boxes = boxes[order]
     sorted_classes = class_ids[order]
-    pairs = _same_class_pairs(sorted_classes)
-    if pairs is None:
-        kept = _greedy_rows(sorted_boxes, sorted_classes, iou_threshold, max_detections, pair_iou)
-        return np.asarray(order[kept])
-    higher, lower = pairs
-    overlap = pair_iou(sorted_boxes[higher], sorted_boxes[lower]) > iou_threshold
-    higher, lower = higher[overlap], lower[overlap]
+    if matrix_iou is not None and count * count <= _PAIR_LIMIT and sorted_classes.min() >= 0:
+        per_class = np.bincount(sorted_classes)
+        dense = int((per_class.astype(np.int64) ** 2).sum()) * 3 > count * count
+    else:
+        dense = False
+    if dense:
+        assert matrix_iou is not None
+        overlapping = matrix_iou(sorted_boxes) > iou_threshold
+        overlapping &= sorted_classes[:, None] == sorted_classes[None, :]
+        higher, lower = np.nonzero(np.triu(overlapping, 1))
+    else:
+        pairs = _same_class_pairs(sorted_classes)
+        if pairs is None:
+            kept = _greedy_rows(sorted_boxes, sorted_classes, iou_threshold, max_detections, pair_iou)
+            return np.asarray(order[kept])
+        higher, lower = pairs
+        overlap = pair_iou(sorted_boxes[higher], sorted_boxes[lower]) > iou_threshold
+        higher, lower = higher[overlap], lower[overlap]
     if higher.size <= _SEQUENTIAL_LIMIT:
         # Greedy in one pass over the overlapping pairs, by the lower-scored box: when a pair is
         # reached, its higher-scored box's fate is already final (all pairs below it came first).

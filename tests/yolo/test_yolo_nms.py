@@ -71,3 +71,13 @@ def test_iou_matrix_values() -> None:
     iou = iou_matrix(boxes)
     assert iou[0, 1] == pytest.approx(50 / 150)
     assert iou[0, 2] == 0.0 and iou[3, 3] == 0.0 and iou[0, 0] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("classes", [1, 2, 80])
+def test_dense_matrix_and_gathered_pairs_paths_agree(classes: int) -> None:
+    rng = np.random.default_rng(classes)
+    boxes, scores, _ = random_boxes(rng, 180)
+    labels = rng.integers(0, classes, 180).astype(np.int64)
+    pairs_only = nms_module.nms_with(boxes, scores, labels, 0.45, 300, nms_module._pair_iou)
+    either = nms_module.nms_with(boxes, scores, labels, 0.45, 300, nms_module._pair_iou, iou_matrix)
+    assert pairs_only.tolist() == either.tolist() == plain_nms(boxes, scores, labels, 0.45)
