@@ -167,14 +167,16 @@ def class_names(metadata: Mapping[str, Any] | None) -> tuple[str, ...] | None:
     return None
 
 
-def hints_from(metadata: Mapping[str, Any] | None) -> Hints:
+def hints_from(
+    metadata: Mapping[str, Any] | None, *, task_given: bool = False, layout_given: bool = False
+) -> Hints:
     """Read the optional metadata keys (task, names, imgsz, kpt_shape, anchors, layout, end2end).
 
     Unreadable values are a `ModelError`: the model's metadata is what is wrong.
     """
     if not metadata:
         return Hints()
-    task = metadata.get("task")
+    task = None if task_given else metadata.get("task")
     names = class_names(metadata)
     kpt = _literal(metadata.get("kpt_shape"))
     keypoint_shape = None
@@ -198,16 +200,21 @@ def hints_from(metadata: Mapping[str, Any] | None) -> Hints:
     raw_anchors = _literal(metadata.get("anchors"))
     if raw_anchors is not None:
         anchors = parse_anchors(raw_anchors)
-    layout = metadata.get("layout")
+    layout = None if layout_given else metadata.get("layout")
     end2end = _literal(metadata.get("end2end"))
+    try:
+        parsed_task = None if task is None else parse_task(task, "metadata task")
+        parsed_layout = None if layout is None else parse_layout(layout, "metadata layout")
+    except UsageError as exc:  # the model's own metadata names something we do not decode
+        raise ModelError(exc.problem, "pass task=/layout= to override the model's metadata") from None
     return Hints(
-        task=None if task is None else parse_task(task, "metadata task"),
+        task=parsed_task,
         num_classes=None if names is None else len(names),
         keypoint_shape=keypoint_shape,
         anchors=anchors,
         input_size=input_size,
         end2end=end2end if isinstance(end2end, bool) else None,
-        layout=None if layout is None else parse_layout(layout, "metadata layout"),
+        layout=parsed_layout,
     )
 
 
@@ -599,7 +606,7 @@ def plan_layout(
     expected when nothing fits, `UsageError` for an unknown layout or task name.
     """
     shapes = [tuple(int(d) for d in s) for s in shapes]
-    hints = hints_from(metadata)
+    hints = hints_from(metadata, task_given=task is not None, layout_given=layout is not None)
     if anchors is not None:
         hints = Hints(**{**hints.__dict__, "anchors": parse_anchors(anchors)})
     wanted_task = parse_task(task) if task is not None else hints.task

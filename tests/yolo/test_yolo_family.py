@@ -408,6 +408,33 @@ def test_forced_layout_that_does_not_fit_is_a_model_error() -> None:
         make_decoder(rknn9(), task="classify")
     with pytest.raises(ModelError, match="kpt_shape"):
         make_decoder([(1, 56, 8400)], {"kpt_shape": "[17, 4]"})
+    with pytest.raises(ModelError, match="unknown metadata task 'classify'"):
+        make_decoder([(1, 84, 8400)], {"task": "classify"})
+    assert make_decoder([(1, 84, 8400)], {"task": "classify"}, task="detect").task == "detect"
+
+
+def test_decoders_and_results_pickle_for_process_workers() -> None:
+    import pickle
+
+    rng = np.random.default_rng(2)
+    protos = rng.normal(size=(32, 160, 160)).astype(np.float32)
+    outputs = [*encode_ultralytics(seg_objects(rng), task="segment"), protos[None]]
+    wrapper = YoloDecoder()
+    found = wrapper(outputs)
+    again = pickle.loads(pickle.dumps(wrapper))(outputs)
+    copied = pickle.loads(pickle.dumps(found))
+    assert copied.masks is not None and found.masks is not None
+    np.testing.assert_array_equal(copied.masks, found.masks)
+    np.testing.assert_array_equal(again.boxes, found.boxes)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_rknn_9_and_yolov5_quantised_int8_and_uint8(dtype: type[np.integer]) -> None:
+    for outputs in (encode_rknn(OBJECTS), encode_yolov5(OBJECTS)):
+        pairs = [quantise(t, dtype) for t in outputs]
+        raw, quant = [q for q, _ in pairs], [qp for _, qp in pairs]
+        found = make_decoder(shapes(raw), quant=quant)(raw)
+        assert_boxes(found, OBJECTS, atol=3.0)
 
 
 def test_outputs_of_other_shapes_than_the_decoder_was_made_for() -> None:
