@@ -376,17 +376,29 @@ def _decode_yolov5(
 def _decode_end2end(
     plan: Plan, outputs: Sequence[Tensor], quant: Sequence[Quant | None], conf: float
 ) -> _Found:
-    """[1, N, 6]: x1, y1, x2, y2 (input pixels), score, class; already NMS-ed by the model."""
-    rows, q = outputs[0].reshape(-1, 6), quant[0]
+    """[1, N, 6 + extras]: x1, y1, x2, y2 (obb: cx, cy, w, h) in input pixels, score, class, then
+    mask coefficients / keypoints / the angle; already NMS-ed by the model."""
+    table, q = outputs[plan.table], quant[plan.table]
+    rows = table.reshape(-1, table.shape[-1])
     rows_at = np.flatnonzero(rows[:, 4] >= _quantised_floor(conf, q, rows.dtype))
     if rows_at.size == 0:
         return _empty_found()
     values = _dequantise(rows[rows_at], q)
     keep = values[:, 4] >= conf
     values, rows_at = values[keep], rows_at[keep]
-    with np.errstate(invalid="ignore"):
-        classes = np.where(np.isfinite(values[:, 5]), np.rint(values[:, 5]), -1).astype(np.int64)
-    return _Found(np.ascontiguousarray(values[:, :4]), np.ascontiguousarray(values[:, 4]), classes, rows_at)
+    classes = np.where(np.isfinite(values[:, 5]), np.rint(values[:, 5]), -1).astype(np.int64)
+    boxes = np.ascontiguousarray(values[:, :4])
+    found = _Found(boxes, np.ascontiguousarray(values[:, 4]), classes, rows_at)
+    extra = values[:, 6:]
+    if plan.task == "obb":
+        centre, half = values[:, :2], values[:, 2:4] / 2
+        found.boxes = np.concatenate([centre - half, centre + half], axis=1).astype(np.float32)
+        found.angles = np.ascontiguousarray(extra[:, 0])
+    elif plan.task == "pose":
+        found.keypoints = _keypoint_triples(extra.reshape(len(values), *plan.keypoint_shape))
+    elif plan.task == "segment":
+        found.coefficients = np.ascontiguousarray(extra)
+    return found
 
 
 def _finite(found: _Found, num_classes: int) -> tuple[_Found, int]:
@@ -492,7 +504,7 @@ class Decoder:
         plan, quant, conf = self.plan, self.quant, self.conf_threshold
         size = self._input_size(outputs, info)
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # NaN/Inf: dropped below
-            if plan.layout == "end2end":
+            if plan.layout.startswith("end2end"):
                 found = _decode_end2end(plan, outputs, quant, conf)
             elif plan.layout == "rknn-yolov5":
                 found = _decode_yolov5(plan, outputs, quant, conf, size)
@@ -516,7 +528,7 @@ class Decoder:
         outputs = list(outputs)
         found = self.candidates(outputs, info)
         plan = self.plan
-        if plan.layout in ("end2end", "rknn-yolov10"):  # NMS-free heads: best scores first, top-k
+        if plan.layout.startswith("end2end") or plan.layout == "rknn-yolov10":  # NMS-free: top-k
             keep = np.argsort(-found.scores, kind="stable")[: self.max_detections]
         elif found.angles is not None:
             rboxes = np.empty((len(found.scores), 5), np.float32)

@@ -28,10 +28,13 @@ Layout = Literal[
     "ultralytics-pose",
     "ultralytics-obb",
     "end2end",
+    "end2end-seg",
+    "end2end-pose",
+    "end2end-obb",
 ]
 """Output layouts we decode (see docs/yolo.md). ``rknn-*``: rknn_model_zoo exports (split per
 stride 8/16/32); ``ultralytics*``: Ultralytics' own ONNX exports (one ``[1, C, N]`` table);
-``end2end``: NMS-free ``[1, N, 6]`` heads (YOLOv10, YOLO26)."""
+``end2end*``: NMS-free ``[1, N, 6 + extras]`` heads (YOLOv10, YOLO26)."""
 
 LAYOUTS: tuple[Layout, ...] = (
     "rknn-9",
@@ -46,6 +49,9 @@ LAYOUTS: tuple[Layout, ...] = (
     "ultralytics-pose",
     "ultralytics-obb",
     "end2end",
+    "end2end-seg",
+    "end2end-pose",
+    "end2end-obb",
 )
 
 Task = Literal["detect", "segment", "pose", "obb"]
@@ -64,6 +70,9 @@ TASK_OF: dict[Layout, Task] = {
     "ultralytics-pose": "pose",
     "ultralytics-obb": "obb",
     "end2end": "detect",
+    "end2end-seg": "segment",
+    "end2end-pose": "pose",
+    "end2end-obb": "obb",
 }
 
 YOLOV5_ANCHORS: tuple[tuple[tuple[float, float], ...], ...] = (
@@ -529,17 +538,43 @@ def _fit_ultralytics(shapes: Sequence[Shape], hints: Hints, layout: Layout) -> P
     )
 
 
-def _fit_end2end(shapes: Sequence[Shape], hints: Hints) -> Plan:
-    if len(shapes) != 1:
-        raise _Mismatch(f"needs 1 output [1, N, 6], got {len(shapes)}")
-    shape = shapes[0]
-    if len(shape) != 3 or shape[0] != 1 or shape[2] != 6:
-        raise _Mismatch(f"output 0 {list(shape)} is not [1, N, 6] (x1, y1, x2, y2, score, class)")
+def _fit_end2end(shapes: Sequence[Shape], hints: Hints, layout: Layout) -> Plan:
+    """NMS-free heads: rows of x1, y1, x2, y2 (obb: cx, cy, w, h), score, class, extras."""
+    task = TASK_OF[layout]
+    want = 2 if task == "segment" else 1
+    if len(shapes) != want:
+        raise _Mismatch(f"needs {want} output{'s' if want > 1 else ''}, got {len(shapes)}")
+    table, protos = 0, None
+    if task == "segment":
+        four = [i for i, s in enumerate(shapes) if len(s) == 4]
+        if len(four) != 1 or shapes[four[0]][0] != 1:
+            raise _Mismatch("needs one [1, N, 6 + nm] row table and one [1, nm, H, W] protos output")
+        protos = four[0]
+        table = 1 - protos
+    shape = shapes[table]
+    kpt = hints.keypoint_shape or COCO_KEYPOINTS
+    extra = {"detect": 0, "segment": shapes[protos][1] if protos is not None else 0, "pose": kpt[0] * kpt[1]}
+    width = 6 + extra.get(task, 1)
+    if len(shape) != 3 or shape[0] != 1 or shape[2] != width:
+        what = {"detect": "", "segment": ", mask coefficients", "pose": ", keypoints", "obb": ", angle"}[task]
+        head = "cx, cy, w, h" if task == "obb" else "x1, y1, x2, y2"
+        raise _Mismatch(f"output {table} {list(shape)} is not [1, N, {width}] ({head}, score, class{what})")
     if hints.end2end is False:
         raise _Mismatch("the metadata says end2end: False")
     if _is_anchor_grid(shape[1], hints) and hints.end2end is not True:
-        raise _Mismatch(f"output 0 {list(shape)} has one row per anchor: a 2-class channels-last table")
-    return Plan("end2end", "detect", tuple(shapes), hints.num_classes or 0, channels_last=True)
+        raise _Mismatch(f"output {table} {list(shape)} has one row per anchor: a channels-last table")
+    return Plan(
+        layout,
+        task,
+        tuple(shapes),
+        hints.num_classes or 0,
+        table=table,
+        channels_last=True,
+        protos=protos,
+        mask_channels=extra["segment"],
+        keypoint_shape=kpt,
+        input_size=hints.input_size,
+    )
 
 
 def _fit(layout: Layout, shapes: Sequence[Shape], hints: Hints) -> Plan:
@@ -551,13 +586,16 @@ def _fit(layout: Layout, shapes: Sequence[Shape], hints: Hints) -> Plan:
         return _fit_rknn_combined(shapes, hints, layout)
     if layout == "rknn-yolov5":
         return _fit_rknn_yolov5(shapes, hints)
-    if layout == "end2end":
-        return _fit_end2end(shapes, hints)
+    if layout.startswith("end2end"):
+        return _fit_end2end(shapes, hints, layout)
     return _fit_ultralytics(shapes, hints, layout)
 
 
 _PREFERENCE: tuple[Layout, ...] = (
     "end2end",
+    "end2end-seg",
+    "end2end-pose",
+    "end2end-obb",
     "rknn-9",
     "rknn-6",
     "rknn-yolov10",
@@ -639,7 +677,12 @@ def plan_layout(
         specific = _diagnose(shapes)
         if specific is None:
             # The layouts that wanted this many outputs explain best what is off.
-            close = [f"{name}: {why}" for name, why in reasons.items() if not why.startswith("needs ")]
+            close, seen = [], set()
+            for name in sorted(reasons, key=lambda n: (n.startswith("end2end"), _PREFERENCE.index(n))):
+                why = reasons[name]
+                if not why.startswith("needs ") and why not in seen:
+                    seen.add(why)
+                    close.append(f"{name}: {why}")
             specific = "; ".join(close[:3]) if close else "no YOLO layout has this many outputs"
         scope = f" {wanted_task}" if wanted_task else ""
         raise ModelError(

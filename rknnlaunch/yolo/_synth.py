@@ -332,11 +332,29 @@ def encode_yolov5(
     ]
 
 
-def encode_end2end(objects: Sequence[SynthObject], rows: int = 300) -> list[npt.NDArray[np.float32]]:
-    """An NMS-free head's [1, rows, 6]: x1, y1, x2, y2, score, class; unused rows all zero."""
-    table = np.zeros((rows, 6), np.float32)
+def encode_end2end(
+    objects: Sequence[SynthObject],
+    rows: int = 300,
+    task: str = "detect",
+    keypoints: int = 17,
+    masks: int = 32,
+) -> list[npt.NDArray[np.float32]]:
+    """An NMS-free head's [1, rows, 6 + extras]: x1, y1, x2, y2 (obb: cx, cy, w, h), score, class,
+    then mask coefficients / keypoints (x, y, visibility) / the angle; unused rows all zero."""
+    extra = {"detect": 0, "segment": masks, "pose": keypoints * 3, "obb": 1}[task]
+    table = np.zeros((rows, 6 + extra), np.float32)
     for row, obj in enumerate(objects):
-        table[row] = (*obj.box, obj.score, obj.class_id)
+        x1, y1, x2, y2 = obj.box
+        head = ((x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1) if task == "obb" else obj.box
+        table[row, :6] = (*head, obj.score, obj.class_id)
+        if task == "obb":
+            table[row, 6] = obj.angle
+        elif task == "pose":
+            assert obj.keypoints is not None, "pose objects need keypoints"
+            table[row, 6:] = np.asarray(obj.keypoints, np.float32).reshape(-1)
+        elif task == "segment":
+            assert obj.coefficients is not None, "seg objects need mask coefficients"
+            table[row, 6:] = obj.coefficients
     return [table[None]]
 
 

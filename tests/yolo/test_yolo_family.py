@@ -157,6 +157,35 @@ def test_end2end_is_told_from_a_two_class_channels_last_table() -> None:
     assert detect_layout([(1, 8400, 6)], {"end2end": True}) == "end2end"
 
 
+def test_end2end_seg_pose_obb_heads() -> None:
+    # YOLO26-style NMS-free heads: [1, N, 6 + nm] + protos, [1, N, 6 + 17*3], [1, N, 7].
+    rng = np.random.default_rng(4)
+    protos = rng.normal(size=(32, 160, 160)).astype(np.float32)
+    objects = seg_objects(rng)
+    outputs = [*encode_end2end(objects, task="segment"), protos[None]]
+    decoder = make_decoder(shapes(outputs))
+    assert (decoder.layout, decoder.task) == ("end2end-seg", "segment")
+    found = decoder(outputs)
+    assert_boxes(found, objects)
+    assert found.masks is not None
+    np.testing.assert_array_equal(found.masks, expected_proto_masks(objects, protos))
+
+    outputs = encode_end2end(PEOPLE, task="pose")
+    decoder = make_decoder(shapes(outputs), {"kpt_shape": [17, 3]})
+    assert decoder.layout == "end2end-pose" and shapes(outputs) == [(1, 300, 57)]
+    found = decoder(outputs)
+    assert found.keypoints is not None
+    np.testing.assert_allclose(found.keypoints, [p.keypoints for p in PEOPLE], atol=1e-4)
+
+    outputs = encode_end2end(PLANES, task="obb")
+    decoder = make_decoder(shapes(outputs))
+    assert decoder.layout == "end2end-obb" and shapes(outputs) == [(1, 300, 7)]
+    found = decoder(outputs)
+    assert_boxes(found, PLANES)
+    assert found.angles is not None
+    np.testing.assert_allclose(found.angles, [o.angle for o in PLANES], atol=1e-6)
+
+
 def test_rknn_yolov10_is_top_k_without_nms() -> None:
     overlapping = [
         SynthObject((100.0, 100.0, 200.0, 200.0), 1, 0.9),

@@ -75,8 +75,11 @@ def small_layout_shapes(layout: str, nc: int, extra: int) -> tuple[list[tuple[in
         return [*[(1, 64 + nc, g, g) for g in grids], (1, 1, anchors)], meta
     if layout == "rknn-yolov5":
         return [(1, 3 * (5 + nc), g, g) for g in grids], meta
-    if layout == "end2end":
-        return [(1, 10 + extra, 6)], {**meta, "names": [str(i) for i in range(nc)]}
+    if layout.startswith("end2end"):
+        named = {**meta, "names": [str(i) for i in range(nc)], "kpt_shape": [extra, 3]}
+        width = {"end2end": 6, "end2end-seg": 6 + 8, "end2end-pose": 6 + 3 * extra, "end2end-obb": 7}[layout]
+        rows = (1, 10 + extra, width)
+        return ([rows, (1, 8, 16, 16)] if layout == "end2end-seg" else [rows]), named
     rows = {"ultralytics": 0, "ultralytics-seg": 8, "ultralytics-pose": extra * 3, "ultralytics-obb": 1}[
         layout
     ]
