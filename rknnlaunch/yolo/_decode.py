@@ -573,7 +573,7 @@ class Decoder:
         return Detections(
             boxes,
             np.array(picked[:, 4], np.float32),
-            np.rint(classes[: len(boxes)]).astype(np.int64),
+            np.rint(picked[:, 5]).astype(np.int64),
             names=self.names,
         )
 

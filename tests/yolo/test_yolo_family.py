@@ -148,6 +148,10 @@ def test_end2end_rows_are_taken_as_they_are_without_nms() -> None:
     assert_boxes(found, overlapping)  # both kept (no NMS), the 0.1 row under the threshold
     assert found.names == ("a", "b", "c")
     assert len(make_decoder(shapes(outputs), max_detections=1)(outputs)) == 1
+    unsorted = encode_end2end([SynthObject((5.0, 5.0, 9.0, 9.0), 2, 0.4), *overlapping])
+    found = decoder(unsorted, LetterboxInfo(0.5, 0.5, 0, 0, 1280, 1280, 640, 640))
+    assert found.class_ids.tolist() == [1, 1, 2] and found.scores.tolist() == pytest.approx([0.9, 0.8, 0.4])
+    np.testing.assert_allclose(found.boxes[2], [10, 10, 18, 18])
 
 
 def test_end2end_is_told_from_a_two_class_channels_last_table() -> None:
