@@ -115,3 +115,27 @@ def test_every_layout_decodes_any_values_to_finite_results(
     if found.masks is not None and masks == "image":
         assert found.masks.shape[1:] == (96, 128)
     assert math.isfinite(float(found.scores.sum()))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.lists(SPECIALS, max_size=3), st.booleans())
+def test_end2end_fast_path_equals_the_general_path(
+    seed: int, rows: int, specials: list[float], info: bool
+) -> None:
+    rng = np.random.default_rng(seed)
+    table = np.zeros((1, rows, 6), np.float32)
+    table[0, :, :4] = np.sort(rng.uniform(0, 640, (rows, 2, 2)), axis=1).reshape(rows, 4)
+    table[0, :, 4] = rng.uniform(0, 1, rows)
+    table[0, :, 5] = rng.integers(-1, 5, rows)
+    flat = table.reshape(-1)
+    for special in specials:
+        flat[rng.integers(flat.size)] = special
+    decoder = make_decoder(
+        [table.shape], {"names": ["a", "b", "c", "d"]}, max_detections=int(rng.integers(1, 50))
+    )
+    letterbox = LetterboxInfo(0.5, 0.5, 3, 7, 1280, 1270, 640, 640) if info else None
+    fast, general = decoder([table], letterbox), decoder._decode([table], letterbox)
+    np.testing.assert_array_equal(fast.boxes, general.boxes)
+    np.testing.assert_array_equal(fast.scores, general.scores)
+    np.testing.assert_array_equal(fast.class_ids, general.class_ids)
+    assert_finite(fast)
