@@ -156,9 +156,16 @@ def _empty_found() -> _Found:
 
 
 def _best_class(
-    cls2d: Tensor, anchors: IntArray, quant: Quant | None, conf: float, logits: bool
+    cls2d: Tensor,
+    anchors: IntArray,
+    quant: Quant | None,
+    conf: float,
+    logits: bool,
+    raw: Tensor | None = None,
 ) -> tuple[IntArray, npt.NDArray[np.int64], FloatArray]:
-    picked = _dequantise(cls2d[:, anchors], quant)
+    """The best class and its score per anchor, keeping anchors whose score reaches ``conf``
+    (``raw``: the anchors' class scores when already gathered)."""
+    picked = _dequantise(cls2d[:, anchors] if raw is None else raw, quant)
     best_class = picked.argmax(axis=0)
     best_score = picked[best_class, np.arange(anchors.size)]
     if logits:
@@ -226,12 +233,15 @@ def _decode_split(
             anchors = np.flatnonzero(sum_t.reshape(-1) >= _quantised_floor(threshold, sum_q, sum_t.dtype))
             if anchors.size == 0:
                 continue
-            anchors = anchors[cls2d[:, anchors].max(axis=0) >= cls_floor]
+            raw = cls2d[:, anchors]
+            passing = raw.max(axis=0) >= cls_floor
+            anchors, raw = anchors[passing], raw[:, passing]
         else:
             anchors = np.flatnonzero(cls2d.max(axis=0) >= cls_floor)
+            raw = None
         if anchors.size == 0:
             continue
-        anchors, classes, scores = _best_class(cls2d, anchors, cls_q, conf, plan.class_logits)
+        anchors, classes, scores = _best_class(cls2d, anchors, cls_q, conf, plan.class_logits, raw)
         if anchors.size == 0:
             continue
         dist = dfl_distances(_dequantise(box2d.reshape(4, plan.bins, cells)[:, :, anchors], box_q))
