@@ -652,6 +652,8 @@ def plan_layout(
     if not shapes:
         raise ModelError("the model gave no outputs", "check the model file")
     if forced is not None:
+        if forced.startswith("end2end") and hints.end2end is None:  # forced: no row-count guessing
+            hints = Hints(**{**hints.__dict__, "end2end": True})
         try:
             plan = _fit(forced, shapes, hints)
         except _Mismatch as exc:

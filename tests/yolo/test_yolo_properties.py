@@ -130,9 +130,8 @@ def test_end2end_fast_path_equals_the_general_path(
     flat = table.reshape(-1)
     for special in specials:
         flat[rng.integers(flat.size)] = special
-    decoder = make_decoder(
-        [table.shape], {"names": ["a", "b", "c", "d"]}, max_detections=int(rng.integers(1, 50))
-    )
+    meta = {"names": ["a", "b", "c", "d"]}
+    decoder = make_decoder([table.shape], meta, layout="end2end", max_detections=int(rng.integers(1, 50)))
     letterbox = LetterboxInfo(0.5, 0.5, 3, 7, 1280, 1270, 640, 640) if info else None
     fast, general = decoder([table], letterbox), decoder._decode([table], letterbox)
     np.testing.assert_array_equal(fast.boxes, general.boxes)
