@@ -156,7 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"decode, 640x640, {args.objects} objects x 3x3 anchors, {args.frames} frames x {args.repeat}; {peer}"
     )
-    header = f"{'layout':<17} {'task':<8} {'ours p50':>9} {'target':>7} {'edgefirst p50':>14} {'ratio':>6}"
+    header = f"{'layout':<17} {'task':<8} {'ours p50':>9} {'(best)':>8} {'target':>7}"
+    header += f" {'edgefirst p50':>14} {'ratio':>6}"
     header += "  dets ours/theirs"
     print(header)
     print("-" * len(header))
@@ -165,7 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         case = run_case(layout, args.frames, args.repeat, args.objects)
         ours = case.median_ms(case.ours_ns)
         target = TARGET_MS.get(case.task)
-        line = f"{layout:<17} {case.task:<8} {ours:>7.3f}ms {'' if target is None else f'{target:.1f}ms':>7}"
+        best = min(case.ours_ns) / 1e6
+        shown_target = "" if target is None else f"{target:.1f}ms"
+        line = f"{layout:<17} {case.task:<8} {ours:>7.3f}ms {best:>6.3f}ms {shown_target:>7}"
         if case.theirs_ns:
             theirs = case.median_ms(case.theirs_ns)
             line += f" {theirs:>12.3f}ms {theirs / ours:>5.1f}x  {case.ours_count}/{case.theirs_count}"
@@ -177,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             failed.append(f"{layout}: {ours:.3f} ms > target {target} ms")
         print(line)
     print("targets met" if not failed else "MISSED: " + "; ".join(failed))
+    print("(best = fastest single call: what an idle machine gives; medians include other load)")
     return 0
 
 
