@@ -512,3 +512,13 @@ def test_rotated_corners_map_back_unclipped() -> None:
     found = make_decoder(shapes(outputs), task="obb")(outputs, info)
     np.testing.assert_allclose(found.boxes[0], [0.0, 120.0, 200.0, 200.0], atol=1e-3)
     assert found.corners()[0, :, 0].min() < 0  # a corner sticks out of the image: not clipped
+
+
+def test_every_layout_is_documented() -> None:
+    from pathlib import Path
+
+    from rknnlaunch.yolo import LAYOUTS
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "yolo.md").read_text()
+    for layout in LAYOUTS:
+        assert f"| `{layout}` |" in doc, f"docs/yolo.md has no row for {layout}"
