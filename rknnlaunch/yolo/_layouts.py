@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from .._errors import ModelError, UsageError
@@ -121,11 +121,7 @@ class Plan:
     class_logits: bool = False  # class scores still need a sigmoid (zoo pose/obb)
     input_size: tuple[int, int] | None = None  # (width, height) from metadata
     note: str | None = None  # other layouts that fit the same shapes, and how to choose
-    alternatives: tuple[Layout, ...] = field(default=())
-
-    @property
-    def anchor_count(self) -> int:
-        return sum(b.height * b.width for b in self.branches)
+    alternatives: tuple[Layout, ...] = ()  # those other layouts
 
 
 @dataclass(frozen=True)
@@ -646,14 +642,14 @@ def plan_layout(
     shapes = [tuple(int(d) for d in s) for s in shapes]
     hints = hints_from(metadata, task_given=task is not None, layout_given=layout is not None)
     if anchors is not None:
-        hints = Hints(**{**hints.__dict__, "anchors": parse_anchors(anchors)})
+        hints = replace(hints, anchors=parse_anchors(anchors))
     wanted_task = parse_task(task) if task is not None else hints.task
     forced = parse_layout(layout) if layout is not None else hints.layout
     if not shapes:
         raise ModelError("the model gave no outputs", "check the model file")
     if forced is not None:
         if forced.startswith("end2end") and hints.end2end is None:  # forced: no row-count guessing
-            hints = Hints(**{**hints.__dict__, "end2end": True})
+            hints = replace(hints, end2end=True)
         try:
             plan = _fit(forced, shapes, hints)
         except _Mismatch as exc:
@@ -703,7 +699,7 @@ def plan_layout(
             + ": pass layout=/--layout (or task=/--task, or give the model's names/task metadata) "
             "if the model is one of those"
         )
-        chosen = Plan(**{**chosen.__dict__, "note": note, "alternatives": others})
+        chosen = replace(chosen, note=note, alternatives=others)
     return chosen
 
 
