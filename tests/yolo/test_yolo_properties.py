@@ -138,3 +138,33 @@ def test_end2end_fast_path_equals_the_general_path(
     np.testing.assert_array_equal(fast.scores, general.scores)
     np.testing.assert_array_equal(fast.class_ids, general.class_ids)
     assert_finite(fast)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(LAYOUTS),
+    st.integers(1, 5),
+    st.integers(0, 12),
+    st.integers(0, 3),
+    st.integers(-3, 3),
+    st.booleans(),
+    st.integers(0, 2**32 - 1),
+)
+def test_near_valid_shapes_give_a_result_or_a_model_error(
+    layout: str, nc: int, which: int, axis: int, delta: int, drop: bool, seed: int
+) -> None:
+    """One dimension of one output nudged (or one output dropped): detected or refused, never a crash."""
+    shapes, meta = small_layout_shapes(layout, nc, 2)
+    index = which % len(shapes)
+    if drop and len(shapes) > 1:
+        shapes = shapes[:index] + shapes[index + 1 :]
+    else:
+        shape = list(shapes[index])
+        shape[axis % len(shape)] = max(1, shape[axis % len(shape)] + delta)
+        shapes[index] = tuple(shape)
+    for metadata in (None, meta):
+        try:
+            decoder = make_decoder(shapes, metadata, conf=0.3)
+        except ModelError:
+            continue
+        assert_finite(decoder([fill(s, seed + i, []) for i, s in enumerate(shapes)]))
