@@ -1,8 +1,8 @@
 """The resource manager: owns the NPU's discovery state and device health, and feeds ListAndWatch.
 
 Health is event driven (inotify on the device nodes' folders) with a periodic re-check of the
-driver (re-discovery). Every ListAndWatch stream has its own queue; each health change pushes the
-whole device list to every queue; `close()` ends every stream.
+driver (re-discovery). Every ListAndWatch stream subscribes a sink of its own; each health change
+pushes the whole device list to every sink; `close()` ends every stream (None).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import queue
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from rknnlaunch import DiscoveryError
 from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec
@@ -40,6 +41,13 @@ class DeviceState:
         return [(device_id, self.health[device_id]) for device_id in self.ids]
 
 
+class StateSink(Protocol):
+    """Where a ListAndWatch stream receives states (None: end of stream). ``put`` must not block:
+    it is called under the manager's lock (a `queue.Queue`, or a hand-over to an event loop)."""
+
+    def put(self, item: DeviceState | None) -> None: ...
+
+
 class ResourceManager:
     """Owns what kubelet is told about the NPU: the discovered NpuInfo, device IDs and health."""
 
@@ -65,7 +73,7 @@ class ResourceManager:
         self._state = DeviceState((), {})
         self._compatible: str | None = None
         self._last_error: str | None = None
-        self._subscribers: set[queue.Queue[DeviceState | None]] = set()
+        self._subscribers: set[StateSink] = set()
         self._closed = False
         self._watcher: FolderWatcher | None = None
         self.when_missing = "registering nothing and re-scanning for a late driver load"
@@ -85,16 +93,16 @@ class ResourceManager:
         with self._lock:
             return self._info, self._state, self._compatible
 
-    def subscribe(self) -> queue.Queue[DeviceState | None]:
-        """A new stream's queue; it starts with the current full list (None = end of stream)."""
-        subscription: queue.Queue[DeviceState | None] = queue.Queue()
+    def subscribe(self, sink: StateSink | None = None) -> StateSink:
+        """Subscribe ``sink`` (default: a new queue.Queue); it first gets the current full list."""
+        subscription: StateSink = sink if sink is not None else queue.Queue()
         with self._lock:
             subscription.put(None if self._closed else self._state)
             if not self._closed:
                 self._subscribers.add(subscription)
         return subscription
 
-    def unsubscribe(self, subscription: queue.Queue[DeviceState | None]) -> None:
+    def unsubscribe(self, subscription: StateSink) -> None:
         with self._lock:
             self._subscribers.discard(subscription)
         subscription.put(None)
