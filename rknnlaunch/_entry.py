@@ -34,7 +34,9 @@ import logging
 import logging.handlers
 import os
 import queue
+import select
 import signal
+import socket
 import sys
 import threading
 import time
@@ -209,10 +211,44 @@ def _silence_stdout() -> None:
 # --- stop signals -------------------------------------------------------------------------------
 
 
+class StopEvent(threading.Event):
+    """A stop flag whose `wait` also wakes for a signal that the kernel delivered to another thread.
+
+    Python runs signal handlers in the main thread only, and a main thread blocked in a plain
+    `threading.Event.wait` is not woken when the signal lands on one of the process's other
+    threads (gRPC's, a scrape's): SIGTERM would then wait for the next timeout. Within
+    `stop_on_signals`, the signal's C-level handler writes to this event's socket
+    (`signal.set_wakeup_fd`), which is what `wait` sleeps on.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._wake_read.setblocking(False)
+        self._wake_write.setblocking(False)
+
+    def set(self) -> None:
+        super().set()
+        with contextlib.suppress(OSError):  # full (already woken) or closed
+            self._wake_write.send(b"\0")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            with contextlib.suppress(OSError, ValueError):  # closed under us: look at the flag
+                select.select([self._wake_read], [], [], left)
+                self._wake_read.recv(4096)  # a call: pending signal handlers run here at the latest
+        return True
+
+    def wakeup_fd(self) -> int:
+        return self._wake_write.fileno()
+
+
 @contextlib.contextmanager
-def stop_on_signals(
-    stop: threading.Event, on_signal: Callable[[int], None] | None = None
-) -> Iterator[threading.Event]:
+def stop_on_signals(stop: StopEvent, on_signal: Callable[[int], None] | None = None) -> Iterator[StopEvent]:
     """Within the block, SIGTERM and SIGINT set ``stop`` (a server's clean stop); handlers are
     restored after. Off the main thread (tests) signals cannot be handled: nothing is installed."""
     if threading.current_thread() is not threading.main_thread():
@@ -225,9 +261,11 @@ def stop_on_signals(
             on_signal(signum)
 
     previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous_fd = signal.set_wakeup_fd(stop.wakeup_fd(), warn_on_full_buffer=False)
     try:
         yield stop
     finally:
+        signal.set_wakeup_fd(previous_fd)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

@@ -30,6 +30,7 @@ from rknnlaunch import (
 from rknnlaunch._entry import (
     MAX_LOG_LINE_CHARS,
     LogLevel,
+    StopEvent,
     UsageParser,
     add_setting_flags,
     check_soc_name,
@@ -149,11 +150,21 @@ def test_soc_validator_lists_the_known_names() -> None:
 def test_stop_signals_set_the_event_and_handlers_are_restored(signum: int) -> None:
     before = signal.getsignal(signum)
     seen: list[int] = []
-    with stop_on_signals(threading.Event(), seen.append) as stop:
+    with stop_on_signals(StopEvent(), seen.append) as stop:
         os.kill(os.getpid(), signum)
         assert stop.wait(5)
     assert seen == [signum]
     assert signal.getsignal(signum) == before
+
+
+def test_a_signal_landing_on_another_thread_still_wakes_the_main_thread() -> None:
+    # The kernel hands a process signal to any thread; Python runs the handler in the main thread
+    # only, which a plain Event.wait() does not wake (SIGTERM then waited for the next timeout).
+    with stop_on_signals(StopEvent()) as stop:
+        sender = threading.Timer(0.1, lambda: signal.pthread_kill(threading.get_ident(), signal.SIGTERM))
+        sender.start()
+        assert stop.wait(30)  # a plain Event would return False after 30 s
+        sender.join()
 
 
 def test_log_lines_stay_short_and_on_one_line() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rknnlaunch import UsageError, __version__
-from rknnlaunch._entry import run_main, stop_on_signals
+from rknnlaunch._entry import StopEvent, run_main, stop_on_signals
 from rknnlaunch.npu import HostRoot, soc_by_name
 
 from ._events import NullEvents, PluginEvents
@@ -60,7 +60,7 @@ def run(settings: PluginSettings) -> int:
     from .kubelet._service import DevicePluginService
 
     host = HostRoot(settings.host_root)
-    stop = threading.Event()
+    stop = StopEvent()
     stoppers: list[Callable[[], None]] = []
     metrics_module = _metrics_module() if settings.metrics_address else None
     events: PluginEvents = metrics_module.PluginMetrics() if metrics_module is not None else NullEvents()

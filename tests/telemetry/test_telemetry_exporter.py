@@ -302,12 +302,12 @@ def test_sigterm_ends_the_process_whatever_a_scrape_client_does_and_every_line_i
         argv += ["--pod-resources-socket", ""]
     proc = subprocess.Popen([sys.executable, *argv], stderr=subprocess.PIPE, text=True, env=env)
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=_read_lines, args=(proc.stderr, lines), daemon=True).start()
+    reader = threading.Thread(target=_read_lines, args=(proc.stderr, lines), daemon=True)
+    reader.start()
     seen: list[dict[str, object]] = []
 
-    def next_line() -> dict[str, object]:
-        raw = lines.get(timeout=20)
-        entry = json.loads(raw)  # every line is JSON, or this fails
+    def next_line(timeout: float = 20) -> dict[str, object]:
+        entry = json.loads(lines.get(timeout=timeout))  # every line is JSON, or this fails
         seen.append(entry)
         return entry
 
@@ -331,11 +331,9 @@ def test_sigterm_ends_the_process_whatever_a_scrape_client_does_and_every_line_i
         finally:
             trickler.close()
             stalled.close()
-        while True:
-            try:
-                next_line()
-            except queue.Empty:
-                break
+        reader.join(5)  # stderr is at its end once the process is gone
+        while not lines.empty():
+            next_line(0)
     finally:
         if proc.poll() is None:
             proc.kill()

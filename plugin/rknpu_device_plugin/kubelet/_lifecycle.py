@@ -4,7 +4,11 @@ and a supervisor that serves + registers again whenever the kubelet restarts.
 The kubelet deletes every socket in the device plugin folder when it starts, then creates a new
 kubelet.sock. The supervisor watches the folder (inotify, polling fallback) for our socket
 vanishing or kubelet.sock being re-created, and starts a new generation: fresh server, fresh
-Register. Device logic lives elsewhere (`_service`, `_devices`, `_resources`).
+Register. Device logic lives elsewhere (`_service`, `devices/`).
+
+Each generation's server is a `grpc.aio` server on one event loop thread for the process: a
+ListAndWatch stream is a coroutine there and holds no thread, so open streams can never starve
+the unary calls (Allocate, GetPreferredAllocation), which run on a small thread pool of their own.
 """
 
 from __future__ import annotations

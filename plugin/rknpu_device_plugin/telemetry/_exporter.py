@@ -25,6 +25,7 @@ from rknnlaunch._entry import (
     LOG_LEVELS,
     LogFormat,
     LogLevel,
+    StopEvent,
     UsageParser,
     add_setting_flags,
     check_soc_name,
@@ -265,7 +266,7 @@ def _main(argv: Sequence[str]) -> int:
             if info is None and error is not None:
                 raise error
             return 0
-        with stop_on_signals(threading.Event(), _said_stopping) as stop:
+        with stop_on_signals(StopEvent(), _said_stopping) as stop:
             exporter.start()
             exporter.run(stop)
         return 0
