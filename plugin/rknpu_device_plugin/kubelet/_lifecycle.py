@@ -8,7 +8,7 @@ Register. Device logic lives elsewhere (`_service`, `devices/`).
 
 Each generation's server is a `grpc.aio` server on one event loop thread for the process: a
 ListAndWatch stream is a coroutine there and holds no thread, so open streams can never starve
-the unary calls (Allocate, GetPreferredAllocation), which run on a small thread pool of their own.
+the unary calls (Allocate, GetPreferredAllocation), which are short coroutines on the same loop.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ BACKOFF_MAX = 2.0
 # Supervisor re-check period: a safety net under inotify, the detection itself when polling.
 CHECK_INTERVAL_INOTIFY = 1.0
 CHECK_INTERVAL_POLLING = 0.1
-# Threads for the unary calls (Allocate, GetPreferredAllocation, ...): ListAndWatch streams are
-# coroutines on the event loop and hold none, so these always answer however many streams are open.
-UNARY_WORKERS = 4
+# Threads for handlers written as plain functions (gRPC aio runs those on a pool). Ours are all
+# coroutines on the event loop, streams included, so open streams never hold a thread.
+UNARY_WORKERS = 2
 STREAMS_END_SECONDS = 0.3
 """Stopping a generation: how long its streams get to send their final OK before it is cut."""
 

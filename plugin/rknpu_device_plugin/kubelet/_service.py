@@ -26,6 +26,7 @@ from ..devices._policy import (
 )
 from ._lifecycle import StreamingServicer
 
+_Context = grpc.aio.ServicerContext
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 
@@ -67,8 +68,8 @@ class _LoopSink:
 
 
 class DevicePluginService(StreamingServicer):
-    """The kubelet API: ListAndWatch is a coroutine on the server's event loop; the unary calls
-    are plain functions the server runs on its thread pool."""
+    """The kubelet API, every method a coroutine on the server's event loop: none blocks (state
+    is a snapshot under a lock, logging goes through a queue), so no call waits for a thread."""
 
     def __init__(self, resources: ResourceManager, events: PluginEvents, mode: Mode, cdi: bool) -> None:
         self._streams: set[_LoopSink] = set()
@@ -79,13 +80,13 @@ class DevicePluginService(StreamingServicer):
         self.cdi = cdi
         """Return cdi_devices too (set once the CDI spec is written)."""
 
-    def GetDevicePluginOptions(
-        self, request: pb.Empty, context: grpc.ServicerContext
+    async def GetDevicePluginOptions(
+        self, request: pb.Empty, context: _Context[pb.Empty, pb.DevicePluginOptions]
     ) -> pb.DevicePluginOptions:
         return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
     async def ListAndWatch(
-        self, request: pb.Empty, context: grpc.aio.ServicerContext[pb.Empty, pb.ListAndWatchResponse]
+        self, request: pb.Empty, context: _Context[pb.Empty, pb.ListAndWatchResponse]
     ) -> AsyncIterator[pb.ListAndWatchResponse]:
         # A coroutine on the server's event loop, not a worker thread: any number of open streams
         # leaves Allocate's threads free (a thread per stream let 16 idle clients starve kubelet).
@@ -122,8 +123,10 @@ class DevicePluginService(StreamingServicer):
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._no_streams.wait(), timeout)
 
-    def GetPreferredAllocation(
-        self, request: pb.PreferredAllocationRequest, context: grpc.ServicerContext
+    async def GetPreferredAllocation(
+        self,
+        request: pb.PreferredAllocationRequest,
+        context: _Context[pb.PreferredAllocationRequest, pb.PreferredAllocationResponse],
     ) -> pb.PreferredAllocationResponse:
         info, state, _compatible = self._resources.snapshot()
         responses = []
@@ -134,7 +137,7 @@ class DevicePluginService(StreamingServicer):
             except AllocationError as exc:
                 reason = f"GetPreferredAllocation refused: {exc}"
                 _log.error(reason)
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, reason)
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, reason)
             if info is None:
                 chosen = must  # nothing offered: only an empty must-include gets here
             else:
@@ -150,7 +153,9 @@ class DevicePluginService(StreamingServicer):
             responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=chosen))
         return pb.PreferredAllocationResponse(container_responses=responses)
 
-    def Allocate(self, request: pb.AllocateRequest, context: grpc.ServicerContext) -> pb.AllocateResponse:
+    async def Allocate(
+        self, request: pb.AllocateRequest, context: _Context[pb.AllocateRequest, pb.AllocateResponse]
+    ) -> pb.AllocateResponse:
         info, state, compatible = self._resources.snapshot()
         responses = []
         plans = []
@@ -164,7 +169,7 @@ class DevicePluginService(StreamingServicer):
                 reason = f"Allocate refused for {quote_ids(ids) if ids else 'an empty request'}: {exc}"
                 _log.error(reason)
                 self._events.allocation_failed(str(exc))
-                context.abort(
+                await context.abort(
                     grpc.StatusCode.FAILED_PRECONDITION
                     if exc.unhealthy
                     else grpc.StatusCode.INVALID_ARGUMENT,
@@ -183,7 +188,9 @@ class DevicePluginService(StreamingServicer):
             self._events.allocated(plan.device_ids, plan.mask)
         return pb.AllocateResponse(container_responses=responses)
 
-    def PreStartContainer(
-        self, request: pb.PreStartContainerRequest, context: grpc.ServicerContext
+    async def PreStartContainer(
+        self,
+        request: pb.PreStartContainerRequest,
+        context: _Context[pb.PreStartContainerRequest, pb.PreStartContainerResponse],
     ) -> pb.PreStartContainerResponse:
         return pb.PreStartContainerResponse()
