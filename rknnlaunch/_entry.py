@@ -201,6 +201,20 @@ def run_main(prog: str, body: Callable[[], int], logger_name: str | None = None)
         return code
 
 
+def end_server_process(code: int) -> NoReturn:
+    """End a server's process now: flush the logs and the standard streams, then `os._exit`.
+
+    A server that stopped cleanly has nothing left to do, yet interpreter teardown (gRPC's C core,
+    module clean-up) took 0.3-1.3 s on a loaded 2-core machine after the last atexit handler, and
+    a SIGTERM'd plugin must be gone within 1 s. Only for a `main()` run as the program.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 def _silence_stdout() -> None:
     # The reader went away (`... --json | head`): point stdout at /dev/null so the interpreter's
     # final flush does not raise again.

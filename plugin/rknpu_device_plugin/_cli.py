@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rknnlaunch import UsageError, __version__
-from rknnlaunch._entry import StopEvent, run_main, stop_on_signals
+from rknnlaunch._entry import StopEvent, end_server_process, run_main, stop_on_signals
 from rknnlaunch.npu import HostRoot, soc_by_name
 
 from ._events import NullEvents, PluginEvents
@@ -33,8 +33,11 @@ _log = get_logger()
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the plugin until SIGTERM/SIGINT; exit codes as in `rknnlaunch._entry` (0 on a clean
-    stop, 1 on failure, 2 on bad settings)."""
-    return run_main(PROG, lambda: _main(sys.argv[1:] if argv is None else argv), LOGGER_NAME)
+    stop, 1 on failure, 2 on bad settings). Run as the program (``argv`` None), the process ends
+    here, without interpreter teardown (`end_server_process`)."""
+    if argv is not None:
+        return run_main(PROG, lambda: _main(argv), LOGGER_NAME)
+    end_server_process(run_main(PROG, lambda: _main(sys.argv[1:]), LOGGER_NAME))
 
 
 def _main(argv: Sequence[str]) -> int:

@@ -30,6 +30,7 @@ from rknnlaunch._entry import (
     add_setting_flags,
     check_soc_name,
     describe_os_error,
+    end_server_process,
     run_main,
     settings_from_flags,
     stop_on_signals,
@@ -251,8 +252,11 @@ def _writing(what: str, flag: str, folder: Path) -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run rknpu-exporter; exit codes as in `rknnlaunch._entry` (0 ok or a clean stop on
-    SIGTERM/SIGINT, 1 no usable NPU with --once or an unwritable output, 2 usage)."""
-    return run_main(PROG, lambda: _main(sys.argv[1:] if argv is None else argv), LOGGER_NAME)
+    SIGTERM/SIGINT, 1 no usable NPU with --once or an unwritable output, 2 usage). Run as the
+    program (``argv`` None), the process ends here, without interpreter teardown."""
+    if argv is not None:
+        return run_main(PROG, lambda: _main(argv), LOGGER_NAME)
+    end_server_process(run_main(PROG, lambda: _main(sys.argv[1:]), LOGGER_NAME))
 
 
 def _main(argv: Sequence[str]) -> int:
