@@ -2,20 +2,17 @@
 usage errors, settings from flags and environment, log setup, stop signals, and the one table
 that turns how a `main()` ended into an exit code.
 
-How a `main()` ends (`exit_code_for`; `run_main` applies it and prints the one line):
+How a `main()` ends -> exit code and what is printed (`exit_code_for`; `run_main` applies it):
 
-=====================================  ====  ==========================================
-ended by                               exit  what is printed
-=====================================  ====  ==========================================
-returning normally                     its   (nothing)
-SIGTERM / SIGINT in a server           0     a server's stop request is a clean stop
-`UsageError` (bad flag, `SettingsError`) 2   ``PROG: error: ...`` and a ``fix:`` line
-any other `RknnLaunchError`            1     ``PROG: error: ...`` and a ``fix:`` line
-`BrokenPipeError` (reader went away)   141   nothing (128 + SIGPIPE, as a shell says)
-any other `OSError`                    1     ``PROG: error: <reason>: <path>``
-`KeyboardInterrupt` that escapes       130   ``PROG: interrupted``
-anything else                          -     a traceback: that is a bug
-=====================================  ====  ==========================================
+- returns normally -> its own code, nothing printed;
+- a server's SIGTERM / SIGINT -> 0: a stop request is a clean stop;
+- `UsageError` (a bad flag, `SettingsError`) -> 2, ``PROG: error: ...`` and a ``fix:`` line;
+- any other `RknnLaunchError` -> its ``exit_code`` (1), the same two lines;
+- `BrokenPipeError` (the reader of stdout went away) -> 141 (128 + SIGPIPE), nothing;
+- any other `OSError` -> 1, ``PROG: error: <reason>: <path>``;
+- a `KeyboardInterrupt` that escapes -> 130, ``PROG: interrupted``;
+- `SystemExit` (argparse's ``--help``/``--version``) -> its code;
+- anything else raises with its traceback: that is a bug.
 
 Servers (plugin, exporter) turn SIGTERM and SIGINT into a stop event (`stop_on_signals`), so
 Ctrl-C on a server is the same clean stop as a Kubernetes SIGTERM (exit 0); a Ctrl-C that

@@ -43,10 +43,3 @@ def quote_ids(ids: Sequence[str], shown: int = MAX_SHOWN_IDS) -> str:
     if len(ids) <= shown:
         return listed
     return f"{listed} and {len(ids) - shown:,} more ({len(ids):,} IDs)"
-
-
-def clip(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, saying how long it was."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text):,} characters)"

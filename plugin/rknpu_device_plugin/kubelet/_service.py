@@ -89,7 +89,7 @@ class DevicePluginService(StreamingServicer):
         self, request: pb.Empty, context: _Context[pb.Empty, pb.ListAndWatchResponse]
     ) -> AsyncIterator[pb.ListAndWatchResponse]:
         # A coroutine on the server's event loop, not a worker thread: any number of open streams
-        # leaves Allocate's threads free (a thread per stream let 16 idle clients starve kubelet).
+        # leaves Allocate answering (a thread per stream let 16 idle clients starve kubelet).
         sink = _LoopSink(asyncio.get_running_loop())
         self._resources.subscribe(sink)
         self._streams.add(sink)
