@@ -378,7 +378,8 @@ def setup_logging(
     stderr (a slow log pipe would otherwise show up in kubelet's admission latency). Foreign
     loggers (grpc, the standard library) get the same format at WARNING and above, and Python
     warnings are logged too, so ``--log-format json`` means every line is JSON. Returns ``stop()``,
-    which writes out what is queued; later records are written directly.
+    which writes out what is queued; later records of ``logger_name`` are written directly, and
+    the rest (root handler, warnings, thread hook) is as it was before.
     """
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
@@ -412,5 +413,6 @@ def setup_logging(
         logger.handlers[:] = [handler]
         root.removeHandler(handler)
         threading.excepthook = previous_hook
+        logging.captureWarnings(False)
 
     return stop
