@@ -39,12 +39,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
-from typing import Annotated, Any, Literal, NoReturn, TextIO, TypeVar, get_args
-
-from pydantic import BaseModel, BeforeValidator, ValidationError
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TextIO, TypeVar, get_args
 
 from ._errors import RknnLaunchError, SettingsError, UsageError
 from .npu import SOCS, soc_by_name
+
+# pydantic loads only when settings are built: `rknnlaunch run` (every container's ENTRYPOINT)
+# uses this kit too and must start fast.
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationError
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -56,11 +59,26 @@ EXIT_BROKEN_PIPE = 141
 
 _LogLevelName = Literal["debug", "info", "warning", "error"]
 LOG_LEVELS: list[str] = list(get_args(_LogLevelName))
-LogLevel = Annotated[
-    _LogLevelName,
-    BeforeValidator(lambda value: value.strip().lower() if isinstance(value, str) else value),
-]
-"""A log level setting; ``INFO`` from the environment counts as ``info``."""
+if TYPE_CHECKING:
+    LogLevel = _LogLevelName
+    """A log level setting; ``INFO`` from the environment counts as ``info``."""
+
+
+def __getattr__(name: str) -> Any:
+    # LogLevel carries a pydantic validator: built on first use (by a settings model).
+    if name == "LogLevel":
+        from pydantic import BeforeValidator
+
+        value = Annotated[_LogLevelName, BeforeValidator(_lower_level)]
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _lower_level(value: object) -> object:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
 LOG_FORMATS: list[str] = ["text", "json"]
 LogFormat = Literal["text", "json"]
 
@@ -82,7 +100,7 @@ class UsageParser(argparse.ArgumentParser):
         raise UsageError(message, f"see `{self.prog} --help`")
 
 
-_M = TypeVar("_M", bound=BaseModel)
+_M = TypeVar("_M", bound="BaseModel")
 
 
 def add_setting_flags(
@@ -112,6 +130,8 @@ def add_setting_flags(
 def settings_from_flags(model: type[_M], args: argparse.Namespace, env_prefix: str, prog: str) -> _M:
     """``model`` built from the flags given (a pydantic-settings model reads the rest from its
     environment variables); `SettingsError` naming the flag and its variable when a value is bad."""
+    from pydantic import ValidationError
+
     given = {key: value for key, value in vars(args).items() if key in model.model_fields}
     try:
         return model(**given)
