@@ -42,7 +42,6 @@ from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TextIO, TypeVar, get_args
 
 from ._errors import RknnLaunchError, SettingsError, UsageError
-from .npu import SOCS, soc_by_name
 
 # pydantic loads only when settings are built: `rknnlaunch run` (every container's ENTRYPOINT)
 # uses this kit too and must start fast.
@@ -85,6 +84,8 @@ LogFormat = Literal["text", "json"]
 
 def check_soc_name(value: str | None) -> str | None:
     """A ``--soc`` validator: the names come from the shared SoC table."""
+    from .npu import SOCS, soc_by_name
+
     if value is not None and soc_by_name(value) is None:
         raise ValueError(f"unknown SoC {value!r}; use {', '.join(soc.name for soc in SOCS)}")
     return value
