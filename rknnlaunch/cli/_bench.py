@@ -25,7 +25,8 @@ from ..bench import _engine as _bench
 from ..model._metadata import ModelPipeline, resolve_model, sha256
 from ..npu import HostRoot, format_cores, runnable_core_sets
 from ..npu._librknnrt import LIBRKNNRT_PATH, find_librknnrt
-from ..runtime._open import BACKENDS, Plan, open_plan, plan
+from ..runtime._choice import BACKENDS, LaunchPlan
+from ..runtime._open import open_plan, plan
 from ..runtime._rknnlite import RknnLiteFactory
 from ..settings._env import NpuSettings, load_settings
 from ..yolo import read_image
@@ -139,7 +140,7 @@ def _librknnrt(host: HostRoot) -> dict[str, Any] | None:
     return {"path": found.path, "version": found.version, "version_line": found.version_line}
 
 
-def _npu_context(the_plan: Plan, cores: frozenset[int], all_cores: bool) -> dict[str, Any] | None:
+def _npu_context(the_plan: LaunchPlan, cores: frozenset[int], all_cores: bool) -> dict[str, Any] | None:
     target = the_plan.target
     if target is None:
         return None
@@ -229,7 +230,7 @@ class _Setup:
 
 
 def _setup(
-    the_plan: Plan, args: argparse.Namespace, settings: NpuSettings, rknnlite: RknnLiteFactory | None
+    the_plan: LaunchPlan, args: argparse.Namespace, settings: NpuSettings, rknnlite: RknnLiteFactory | None
 ) -> _Setup:
     def open_case(cores: frozenset[int] | None) -> _bench.BenchRuntime:
         # The plan already discovered the NPU and checked the model: open just this core set.
@@ -263,7 +264,7 @@ def execute(
     model = resolve_model(args.model)
     if args.all_cores:
         settings = settings.model_copy(update={"core_mask": None, "cores": None})
-    the_plan = plan(model, None, args.backend, settings, split=True)
+    the_plan = plan(model, None, args.backend, settings, "per-core")
     # Validates --pad/--conf/--iou, and below the output paths, before any runtime is opened.
     pipeline = ModelPipeline.for_model(the_plan.model, args.pad, args.conf, args.iou)
     meta, width, height = pipeline.metadata, pipeline.input_width, pipeline.input_height

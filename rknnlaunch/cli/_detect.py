@@ -9,7 +9,8 @@ import sys
 from typing import Any, TextIO
 
 from ..model._metadata import ModelPipeline, class_names, resolve_model
-from ..runtime._open import BACKENDS, open_plan, plan
+from ..runtime._choice import BACKENDS
+from ..runtime._open import open_plan, plan
 from ..runtime._rknnlite import RknnLiteFactory
 from ..settings._env import NpuSettings, load_settings
 from ..yolo import COCO_NAMES, class_count, class_name, draw_detections, read_image
@@ -49,7 +50,7 @@ def execute(
     if args.out:
         check_image_writable(args.out)
     model = resolve_model(args.model)
-    the_plan = plan(model, None, args.backend, settings, split=True)
+    the_plan = plan(model, None, args.backend, settings, "per-core")
     # One context is enough for one image: the first runnable group of the allocation.
     the_plan = dataclasses.replace(the_plan, groups=the_plan.groups[:1])
     pipeline = ModelPipeline.for_model(the_plan.model, args.pad, args.conf, args.iou)

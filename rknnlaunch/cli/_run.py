@@ -15,7 +15,8 @@ from .._errors import RknnLaunchError, UsageError
 from ..npu import HostRoot
 from ..preflight._checks import Findings, overall, report_text, run_checks
 from ..runtime import _dtcompat
-from ..runtime._open import NpuTarget, find_npu
+from ..runtime._choice import NpuTarget
+from ..runtime._open import find_npu
 from ..settings._env import NpuSettings, load_settings, normalised_env
 
 EXIT_NOT_EXECUTABLE = 126
