@@ -19,17 +19,26 @@ from ._errors import (
     UnknownSocError,
     UnsupportedDriverError,
     UsageError,
+    WorkerDiedError,
 )
 from ._version import __version__
 from .settings._env import NpuSettings
 
 if TYPE_CHECKING:
+    from .pipeline._detector import Detector, DetectResult, StageTimings
     from .runtime._open import Runtime, open
     from .runtime._pool import Pool
 
 # The runtime (numpy and friends) loads on first use, so the device plugin, which imports only
 # `rknnlaunch.npu` and the errors, stays small (its RSS budget is 60 MB; numpy alone is ~14 MB).
-_LAZY = {"Pool": ".runtime._pool", "Runtime": ".runtime._open", "open": ".runtime._open"}
+_LAZY = {
+    "DetectResult": ".pipeline._detector",
+    "Detector": ".pipeline._detector",
+    "Pool": ".runtime._pool",
+    "Runtime": ".runtime._open",
+    "StageTimings": ".pipeline._detector",
+    "open": ".runtime._open",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -42,6 +51,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BackendUnavailableError",
+    "DetectResult",
+    "Detector",
     "DiscoveryError",
     "InferenceError",
     "MaskError",
@@ -53,9 +64,11 @@ __all__ = [
     "Runtime",
     "RuntimeInitError",
     "SettingsError",
+    "StageTimings",
     "UnknownSocError",
     "UnsupportedDriverError",
     "UsageError",
+    "WorkerDiedError",
     "open",
     "__version__",
 ]

@@ -22,9 +22,10 @@ import numpy.typing as npt
 from .._errors import UsageError
 from .._version import __version__
 from ..bench import _engine as _bench
-from ..model._metadata import ModelPipeline, resolve_model, sha256
+from ..model._metadata import resolve_model, sha256
 from ..npu import HostRoot, format_cores, runnable_core_sets
 from ..npu._librknnrt import LIBRKNNRT_PATH, find_librknnrt
+from ..pipeline._spec import ModelPipeline
 from ..runtime._choice import BACKENDS, LaunchPlan
 from ..runtime._open import open_plan, plan
 from ..runtime._rknnlite import RknnLiteFactory

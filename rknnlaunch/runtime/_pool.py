@@ -8,9 +8,10 @@ feeds each from its own worker thread or process; `open()` stays the one-context
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from typing import Any, Literal
 
@@ -21,7 +22,7 @@ from ..model._rknnfile import read_rknn
 from ..npu import HostRoot, format_cores
 from ..settings._env import NpuSettings, load_settings
 from ._affinity import find_big_cpus
-from ._choice import LaunchPlan
+from ._choice import LaunchPlan, Layout
 from ._closing import ClosesOnExit
 from ._open import open_plan, plan
 from ._workers import (
@@ -64,8 +65,10 @@ class WorkerGroup:
         contexts_per_core: int,
         workers: str,
         cpu_affinity: CpuAffinity,
-        task: FrameTask,
+        make_task: Callable[[LaunchPlan], FrameTask],
         gc_every: int = GC_EVERY,
+        max_contexts: int | None = None,
+        layout: Layout = "per-core",
     ) -> None:
         if workers not in WORKER_KINDS:
             raise UsageError(f"workers={workers!r} is not a worker kind", "use 'thread' or 'process'")
@@ -74,7 +77,11 @@ class WorkerGroup:
                 "cpu_affinity= pins worker processes", "add workers='process', or drop cpu_affinity="
             )
         settings = settings if settings is not None else load_settings()
-        self.plan: LaunchPlan = plan(model, cores, backend, settings, "per-core", contexts_per_core)
+        chosen = plan(model, cores, backend, settings, layout, contexts_per_core)
+        if max_contexts is not None:
+            chosen = dataclasses.replace(chosen, groups=chosen.groups[:max_contexts])
+        self.plan: LaunchPlan = chosen
+        self.task = task = make_task(chosen)
         self.cpus = _cpus_for(cpu_affinity, settings)
         self.workers: ThreadWorkers | ProcessWorkers
         if workers == "process":
@@ -93,7 +100,7 @@ class WorkerGroup:
             kind = "process" if workers == "process" else "thread"
             self.label = (
                 f"NPU {soc} cores {format_cores(self.cores)}: {count} context{'s' if count > 1 else ''} "
-                f"({kind} workers, {len(self.plan.groups) // max(len(self.cores), 1)} per core)"
+                f"({kind} workers)"
             )
         else:
             self.label = self.workers.labels[0]
@@ -122,6 +129,10 @@ def check_tensor(x: Any, expected: tuple[int, int, int] | None) -> np.ndarray:
             "rknnlaunch.Detector, which letterboxes and decodes for you",
         )
     return array
+
+
+def _infer_task(_plan: LaunchPlan) -> FrameTask:
+    return InferTask()
 
 
 class Pool(ClosesOnExit):
@@ -156,7 +167,7 @@ class Pool(ClosesOnExit):
         cpu_affinity: CpuAffinity = None,
     ) -> None:
         self._group = WorkerGroup(
-            model, cores, backend, settings, rknnlite, contexts_per_core, workers, cpu_affinity, InferTask()
+            model, cores, backend, settings, rknnlite, contexts_per_core, workers, cpu_affinity, _infer_task
         )
         self._workers = self._group.workers
         self._expected = self._group.input_shape()

@@ -310,7 +310,7 @@ class ProcessWorkers:
         task: FrameTask,
         cpus: frozenset[int] | None = None,
         gc_every: int = GC_EVERY,
-        start_method: str = "spawn",
+        start_method: str = "forkserver",
     ) -> None:
         self._plan = plan
         self._settings = settings
@@ -319,6 +319,9 @@ class ProcessWorkers:
         self._cpus = cpus
         self._gc_every = gc_every
         self._context: Any = multiprocessing.get_context(start_method)
+        if start_method == "forkserver":
+            # The server imports the worker code once; each worker is then a cheap fork of it.
+            self._context.set_forkserver_preload([__name__])
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._backlog: deque[_Job] = deque()
@@ -398,7 +401,7 @@ class ProcessWorkers:
                 if name is not None:
                     old = proc.out_shm.pop(slot, None)
                     if old is not None:
-                        self._release(old)
+                        self._release(old, unmap=False)
                     proc.out_shm[slot] = SharedMemory(name=name)
                 shm = proc.out_shm[slot]
             else:
@@ -566,11 +569,13 @@ class ProcessWorkers:
                         job.future.set_exception(error)
             for proc in procs:
                 self._stop(proc)
-                for shm in itertools.chain(proc.in_shm, proc.out_shm.values()):
+                for shm in proc.in_shm:
                     if shm is not None:
                         self._release(shm)
+                for shm in proc.out_shm.values():
+                    self._release(shm, unmap=False)
             for shm in self._retired:
-                self._release(shm)
+                self._release(shm, unmap=False)
 
     @staticmethod
     def _stop(proc: _Proc) -> None:
@@ -590,10 +595,16 @@ class ProcessWorkers:
             proc.conn.close()
 
     @staticmethod
-    def _release(shm: SharedMemory) -> None:
+    def _release(shm: SharedMemory, unmap: bool = True) -> None:
+        """Unlink the block; unmap it only when no result array can view it.
+
+        numpy does not hold a buffer export on ``shm.buf``, so closing a block that result arrays
+        still view would leave them dangling: output blocks are unmapped by the garbage collector
+        once the last array (whose finalizer holds the block) and the pool have let go of them.
+        """
         with contextlib.suppress(FileNotFoundError):
             shm.unlink()
-        with contextlib.suppress(BufferError):  # result arrays still view it: unmapped when they go
+        if unmap:
             shm.close()
 
 
@@ -616,5 +627,11 @@ def _views(
         del views, base
         free.append(slot)
         return arrays
-    weakref.finalize(base, free.append, slot)
+    weakref.finalize(base, _slot_free, free, slot, shm)  # holds ``shm``: mapped while views live
     return views
+
+
+def _slot_free(free: deque[int], slot: int, shm: SharedMemory) -> None:
+    """The last array viewing an output slot is gone: the worker may write into it again."""
+    del shm
+    free.append(slot)

@@ -238,10 +238,10 @@ class SimulatedNpu:
       the binding's own input/output conversion;
     - ``init_runtime`` holds ``lock_dir/init.lock`` without waiting: an overlapping init in another
       process fails as the driver is reported to (crash), so the SDK must serialise inits;
-    - outputs: ``"value"`` = the model's output shapes filled with the frame's first pixel (tests
+    - outputs: ``"value"`` = the model's output shapes filled with the frame's centre pixel (tests
       track frames), ``"yolo"`` = rknn_model_zoo YOLOv8 outputs with two objects (real decode);
-    - faults by frame: a frame whose first pixel is ``crash_value`` kills the process (SIGKILL), one
-      whose first pixel is ``none_value`` makes inference return None.
+    - faults by frame: a frame whose centre pixel is ``crash_value`` kills the process (SIGKILL),
+      one whose centre pixel is ``none_value`` makes inference return None.
     """
 
     lock_dir: str
@@ -372,20 +372,22 @@ class SimRKNNLite(FakeRKNNLite):
                 f"E inference: The input shape {x.shape} is wrong, expect 4 dims like (1, 640, 640, 3)"
             )
             return None
-        first = int(x.flat[0])
+        first = int(x[0, x.shape[1] // 2, x.shape[2] // 2, 0])  # the centre survives a letterbox
         if self.config.crash_value is not None and first == self.config.crash_value:
             os.kill(os.getpid(), signal.SIGKILL)
         if self.config.none_value is not None and first == self.config.none_value:
             _log_native("E RKNN: [sim] failed to submit!")
             return None
         hold_gil(self.config.gil_ms / 2)
-        for fd in self._core_fds:  # ascending core order: no deadlock between multi-core contexts
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            time.sleep(self.config.latency_ms(len(self._core_fds)) / 1000.0)
-        finally:
-            for fd in reversed(self._core_fds):
-                fcntl.flock(fd, fcntl.LOCK_UN)
+        latency = self.config.latency_ms(len(self._core_fds)) / 1000.0
+        if latency > 0:
+            for fd in self._core_fds:  # ascending core order: no deadlock between multi-core contexts
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                time.sleep(latency)
+            finally:
+                for fd in reversed(self._core_fds):
+                    fcntl.flock(fd, fcntl.LOCK_UN)
         self.inference_count += 1
         if self.config.outputs == "yolo":
             outputs = [output.copy() for output in _yolo_outputs()]
@@ -396,6 +398,11 @@ class SimRKNNLite(FakeRKNNLite):
 
     def release(self) -> None:
         super().release()
+        if self.initialised is False and self._core_fds:
+            # Tests check every context was released, also in worker processes.
+            marker = os.path.join(self.config.lock_dir, f"released-{os.getpid()}-{id(self)}")
+            with open(marker, "w", encoding="utf-8") as handle:
+                handle.write(",".join(str(fd) for fd in self._core_fds))
         for fd in self._core_fds:
             os.close(fd)
         self._core_fds = []
