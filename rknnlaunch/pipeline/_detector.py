@@ -135,6 +135,7 @@ class Detector(ClosesOnExit):
     Model, cores, backend and the worker options are as for `rknnlaunch.Pool`; ``max_contexts``
     caps the contexts opened; ``one_context=True`` opens one context over the chosen cores instead
     (the latency path of `rknnlaunch.open`: one image at a time, each as fast as it can be).
+    ``launch_plan``: a plan already made by the caller (tools that discovered the NPU once).
     ``pad`` None = the default for the model's format; ``conf``/``iou`` are the decoder's thresholds.
     """
 
@@ -154,6 +155,7 @@ class Detector(ClosesOnExit):
         pad: int | None = None,
         max_contexts: int | None = None,
         one_context: bool = False,
+        launch_plan: LaunchPlan | None = None,
     ) -> None:
         path = resolve_model(model)
         if max_contexts is not None and max_contexts < 1:
@@ -176,6 +178,7 @@ class Detector(ClosesOnExit):
             make_task,
             max_contexts=max_contexts,
             layout="one" if one_context else "per-core",
+            launch_plan=launch_plan,
         )
         task = self._group.task
         assert isinstance(task, DetectTask)

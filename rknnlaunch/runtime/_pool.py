@@ -22,7 +22,7 @@ from ..model._rknnfile import read_rknn
 from ..npu import HostRoot, format_cores
 from ..settings._env import NpuSettings, load_settings
 from ._affinity import find_big_cpus
-from ._choice import LaunchPlan, Layout
+from ._choice import LaunchPlan, Layout, choose_contexts
 from ._closing import ClosesOnExit
 from ._open import open_plan, plan
 from ._workers import (
@@ -69,6 +69,7 @@ class WorkerGroup:
         gc_every: int = GC_EVERY,
         max_contexts: int | None = None,
         layout: Layout = "per-core",
+        launch_plan: LaunchPlan | None = None,
     ) -> None:
         if workers not in WORKER_KINDS:
             raise UsageError(f"workers={workers!r} is not a worker kind", "use 'thread' or 'process'")
@@ -77,7 +78,15 @@ class WorkerGroup:
                 "cpu_affinity= pins worker processes", "add workers='process', or drop cpu_affinity="
             )
         settings = settings if settings is not None else load_settings()
-        chosen = plan(model, cores, backend, settings, layout, contexts_per_core)
+        if launch_plan is None:
+            chosen = plan(model, cores, backend, settings, layout, contexts_per_core)
+        elif launch_plan.backend == "npu" and launch_plan.target is not None:
+            # Already discovered and checked (the bench): only the pure decision again.
+            chosen = choose_contexts(
+                "npu", launch_plan.model, launch_plan.target, cores, layout, contexts_per_core
+            )
+        else:
+            chosen = launch_plan
         if max_contexts is not None:
             chosen = dataclasses.replace(chosen, groups=chosen.groups[:max_contexts])
         self.plan: LaunchPlan = chosen
