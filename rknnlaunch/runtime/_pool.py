@@ -21,13 +21,13 @@ from .._errors import UsageError
 from ..model._rknnfile import read_rknn
 from ..npu import HostRoot, format_cores
 from ..settings._env import NpuSettings, load_settings
+from . import _workers
 from ._affinity import find_big_cpus
 from ._choice import LaunchPlan, Layout, choose_contexts
 from ._closing import ClosesOnExit
 from ._open import open_plan, plan
 from ._workers import (
     DEPTH,
-    GC_EVERY,
     FactorySpec,
     FrameTask,
     InferTask,
@@ -66,7 +66,7 @@ class WorkerGroup:
         workers: str,
         cpu_affinity: CpuAffinity,
         make_task: Callable[[LaunchPlan], FrameTask],
-        gc_every: int = GC_EVERY,
+        gc_every: int | None = None,
         max_contexts: int | None = None,
         layout: Layout = "per-core",
         launch_plan: LaunchPlan | None = None,
@@ -92,6 +92,7 @@ class WorkerGroup:
         self.plan: LaunchPlan = chosen
         self.task = task = make_task(chosen)
         self.cpus = _cpus_for(cpu_affinity, settings)
+        gc_every = gc_every if gc_every is not None else _workers.GC_EVERY
         self.workers: ThreadWorkers | ProcessWorkers
         if workers == "process":
             self.workers = ProcessWorkers(self.plan, settings, rknnlite, task, self.cpus, gc_every)

@@ -252,6 +252,9 @@ class SimulatedNpu:
     output_shapes: tuple[tuple[int, ...], ...] = ((1, 6, 8400),)
     crash_value: int | None = None
     none_value: int | None = None
+    cycle_kb: int = 0
+    """Each inference leaves a reference cycle holding this many kB (what the public RKNNLite
+    memory-growth report traced its ~42 kB per inference to): only a garbage collection frees it."""
 
     def latency_ms(self, core_count: int) -> float:
         scale = YOLOV8S_MULTI_CORE_MS.get(core_count, YOLOV8S_MULTI_CORE_MS[3]) / YOLOV8S_MULTI_CORE_MS[1]
@@ -389,6 +392,9 @@ class SimRKNNLite(FakeRKNNLite):
                 for fd in reversed(self._core_fds):
                     fcntl.flock(fd, fcntl.LOCK_UN)
         self.inference_count += 1
+        if self.config.cycle_kb:
+            cycle: dict[str, Any] = {"data": bytearray(self.config.cycle_kb * 1024)}
+            cycle["self"] = cycle
         if self.config.outputs == "yolo":
             outputs = [output.copy() for output in _yolo_outputs()]
         else:

@@ -217,3 +217,29 @@ def test_factory_by_dotted_path_and_bad_worker_kind(setup: tuple[Path, Any, Simu
     with pytest.raises(InferenceError, match="does not name an importable factory"):
         Pool(model, settings=settings, rknnlite="no_such_module:make")
     assert rknnlaunch.WorkerDiedError is WorkerDiedError
+
+
+def test_workers_collect_garbage_periodically(
+    setup: tuple[Path, Any, SimulatedNpu], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RKNNLite loops grow through reference cycles (public report): workers gc.collect() every N frames."""
+    from rknnlaunch.runtime import _workers
+
+    collections: list[int] = []
+    monkeypatch.setattr(_workers.gc, "collect", lambda *args: collections.append(1) or 0)
+    monkeypatch.setattr(_workers, "GC_EVERY", 5)
+    model, settings, sim = setup
+    with Pool(model, settings=settings, rknnlite=sim) as pool:
+        assert len(list(pool.map(frame(1) for _ in range(20)))) == 20
+    assert len(collections) == 4
+
+
+def test_a_worker_that_cannot_open_its_context_fails_the_pool_with_the_runtime_reason(
+    setup: tuple[Path, Any, SimulatedNpu],
+) -> None:
+    model, settings, sim = setup
+    wrong = SimulatedNpu(sim.lock_dir, soc="rk3568")  # a runtime that finds another SoC
+    with pytest.raises(
+        rknnlaunch.RuntimeInitError, match=r"(?s)init_runtime\(core_mask=1.*current platform is rk3568"
+    ):
+        Pool(model, settings=settings, rknnlite=wrong, workers="process")
