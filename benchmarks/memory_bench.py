@@ -4,7 +4,8 @@ Usage: python benchmarks/memory_bench.py [--frames 100000] [--cycle-kb 42]
 
 Each simulated inference leaves a reference cycle of ``--cycle-kb`` kB, as the public RKNNLite report
 traced its growth to; the pool's workers collect garbage every `GC_EVERY` frames, so RSS must stay
-flat. "start" is taken after the first 2,000 frames (allocator warm), "end" after the last.
+flat. "start" is taken after the first 5,000 frames (allocator warm, collections under way),
+"end" after the last.
 """
 
 from __future__ import annotations
@@ -55,17 +56,20 @@ def run(workers: str, frames: int, cycle_kb: int, folder: Path) -> None:
             for outputs in pool.map(frame for _ in range(count)):
                 del outputs
 
-        go(2000)
+        go(5000)  # past the first collections: the heap holds at most GC_EVERY frames of garbage
         start = total_rss_kb(pids)
+        each = [rss_kb(pid) for pid in pids]
         began = time.perf_counter()
         go(frames)
         elapsed = time.perf_counter() - began
         gc.collect()
         end = total_rss_kb(pids)
+        each = [rss_kb(pid) - before for pid, before in zip(pids, each, strict=True)]
     growth = (end - start) * 1024 / frames
     print(
         f"{workers:<8} {frames} frames in {elapsed:5.1f} s: RSS start {start / 1024:7.1f} MB, "
-        f"end {end / 1024:7.1f} MB ({len(pids)} processes), growth {growth:+.2f} bytes/frame",
+        f"end {end / 1024:7.1f} MB ({len(pids)} processes), growth {growth:+.2f} bytes/frame "
+        f"(per process, kB: {', '.join(f'{kb:+d}' for kb in each)})",
         flush=True,
     )
 

@@ -162,6 +162,9 @@ class Pool(ClosesOnExit):
 
     A worker process that dies fails only its in-flight frames (`WorkerDiedError` naming the core)
     and is replaced. ``close()`` finishes every submitted frame, then releases every context.
+    A submitted frame is read when a worker takes it (threads) or is copied into shared memory when
+    it is handed to a worker process, not at ``submit``: do not overwrite it before its result is
+    back (copy a reused letterbox buffer, or use `rknnlaunch.Detector`).
     """
 
     def __init__(
