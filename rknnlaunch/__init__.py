@@ -1,6 +1,8 @@
 """rknnlaunch: run RKNN models on the NPU cores Kubernetes gave this pod, with reasons instead of -1.
 
-Importing this package pulls in neither grpcio nor OpenCV nor onnxruntime; those load on first use.
+Importing this package loads only the exception tree: pydantic (settings), numpy (runtimes, YOLO)
+and grpcio/OpenCV/onnxruntime load on first use, so `rknnlaunch run` (every container's ENTRYPOINT)
+and the device plugin, which imports only `rknnlaunch.npu`, start fast and small.
 """
 
 import importlib
@@ -22,22 +24,26 @@ from ._errors import (
     WorkerDiedError,
 )
 from ._version import __version__
-from .settings._env import NpuSettings
 
 if TYPE_CHECKING:
     from .pipeline._detector import Detector, DetectResult, StageTimings
     from .runtime._open import Runtime, open
     from .runtime._pool import Pool
+    from .runtime._rknnlite import RknnLiteFactory, RknnLiteLike
+    from .settings._env import NpuSettings, load_settings
 
-# The runtime (numpy and friends) loads on first use, so the device plugin, which imports only
-# `rknnlaunch.npu` and the errors, stays small (its RSS budget is 60 MB; numpy alone is ~14 MB).
+# name -> module that defines it, imported on first attribute access.
 _LAZY = {
     "DetectResult": ".pipeline._detector",
     "Detector": ".pipeline._detector",
+    "NpuSettings": ".settings._env",
+    "load_settings": ".settings._env",
     "Pool": ".runtime._pool",
     "Runtime": ".runtime._open",
     "StageTimings": ".pipeline._detector",
     "open": ".runtime._open",
+    "RknnLiteLike": ".runtime._rknnlite",
+    "RknnLiteFactory": ".runtime._rknnlite",
 }
 
 
@@ -61,6 +67,8 @@ __all__ = [
     "NpuSettings",
     "Pool",
     "RknnLaunchError",
+    "RknnLiteFactory",
+    "RknnLiteLike",
     "Runtime",
     "RuntimeInitError",
     "SettingsError",
@@ -69,6 +77,7 @@ __all__ = [
     "UnsupportedDriverError",
     "UsageError",
     "WorkerDiedError",
+    "load_settings",
     "open",
     "__version__",
 ]

@@ -39,15 +39,12 @@ CPU_DEFAULTS = (3, 20)
 NPU_DEFAULTS = (20, 200)
 
 
-def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
-        "bench",
-        help="measure YOLOv8 latency per NPU core set and pool throughput (CPU fallback)",
-        description=(
-            "Time letterbox (pre), inference and YOLOv8 decode+NMS (post) per frame. On an NPU: every "
-            "core set one context can run within this pod's allocation, then a pool of one runtime per "
-            "core. Without an NPU (or an .rknn model): the CPU backend, labelled as such."
-        ),
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add this command's arguments and handler to its (sub)parser."""
+    parser.description = (
+        "Time letterbox (pre), inference and YOLOv8 decode+NMS (post) per frame. On an NPU: every "
+        "core set one context can run within this pod's allocation, then a pool of one runtime per "
+        "core. Without an NPU (or an .rknn model): the CPU backend, labelled as such."
     )
     parser.add_argument(
         "--model",

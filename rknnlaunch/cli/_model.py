@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
 from ..model._rknnfile import read_rknn
 
 
-def add_parser(sub: Any) -> None:
-    parser = sub.add_parser("model", help="inspect model files")
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add this command's arguments and handler to its (sub)parser."""
     model_sub = parser.add_subparsers(dest="model_command", metavar="ACTION", parser_class=type(parser))
     inspect = model_sub.add_parser(
         "inspect", help="print an .rknn file's target SoC, toolkit version and tensors"

@@ -9,28 +9,25 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
 
 from .._errors import RknnLaunchError, UsageError
 from ..npu import HostRoot
 from ..preflight._checks import Findings, overall, report_text, run_checks
 from ..runtime import _dtcompat
-from ..runtime._choice import NpuTarget
-from ..runtime._open import find_npu
-from ..settings._env import NpuSettings, load_settings, normalised_env
+from ..settings._allocation import NpuTarget, find_npu, normalised_env
+from ..settings._env import NpuSettings, load_settings
 
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 
 
-def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
-        "run",
-        help="check the NPU, export the normalised RKNN_NPU_* env, then exec a command",
-        description="Runs the doctor checks (unless --no-check) and stops with the report if one fails; "
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add this command's arguments and handler to its (sub)parser."""
+    parser.description = (
+        "Runs the doctor checks (unless --no-check) and stops with the report if one fails; "
         "exports RKNN_NPU_CORE_MASK/CORES/SOC/DEVICE in canonical form; makes RKNNLite in Python "
         "children read the plugin's device-tree compatible file; then execs CMD, so signals and the "
-        "exit status pass straight through.",
+        "exit status pass straight through."
     )
     parser.add_argument("--no-check", action="store_true", help="skip the preflight checks")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")

@@ -121,6 +121,65 @@ def class_names(metadata: Mapping[str, Any]) -> list[str] | None:
     return None
 
 
+# Keys of the exporter's metadata the YOLO decoder understands (docs/yolo.md), and their types.
+DECODER_KEYS: dict[str, type | tuple[type, ...]] = {
+    "task": str,
+    "names": (list, dict),
+    "imgsz": (list, int),
+    "stride": (int, list),
+    "layout": str,
+    "kpt_shape": list,
+    "anchors": list,
+}
+_MAX_LITERAL_CHARS = 1 << 16  # a names dict of thousands of classes fits; a hostile blob does not
+
+
+def _literal(value: Any) -> Any:
+    """A metadata value as exported: Ultralytics writes Python literals as strings ("[640, 640]")."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if not text or len(text) > _MAX_LITERAL_CHARS or text[0] not in "[{(0123456789-":
+        return text
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
+def decoder_facts(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The facts a YOLO decoder takes from a model file's metadata (`model_metadata`'s result).
+
+    Reads the exporter's key/value metadata (ONNX ``metadata_props``; for an .rknn the facts
+    `rknnlaunch convert` embeds, under ``custom``), keeps the keys in `DECODER_KEYS` whose values
+    have the expected type after literal parsing, and drops the rest: a malformed value means "not
+    known", so the decoder falls back to the output shapes (and says so when they are ambiguous).
+    """
+    facts: dict[str, Any] = {}
+    for source_key in ("metadata", "custom"):
+        source = metadata.get(source_key)
+        if not isinstance(source, Mapping):
+            continue
+        for key, expected in DECODER_KEYS.items():
+            if key in source and key not in facts:
+                value = _literal(source[key])
+                if isinstance(value, tuple):
+                    value = list(value)
+                if isinstance(value, expected) and not isinstance(value, bool):
+                    facts[key] = value
+    names = facts.get("names")
+    if isinstance(names, dict):
+        if names and all(isinstance(k, int) and k >= 0 for k in names):
+            facts["names"] = [str(names.get(i, f"class {i}")) for i in range(max(names) + 1)]
+        else:
+            del facts["names"]
+    elif isinstance(names, list):
+        facts["names"] = [str(name) for name in names]
+    if isinstance(facts.get("task"), str):
+        facts["task"] = facts["task"].lower()
+    return facts
+
+
 def pad_for(path: Path) -> int:
     """Default letterbox pad: Ultralytics' grey for its ONNX exports, black for rknn_model_zoo .rknn."""
     return PAD_ULTRALYTICS if path.suffix.lower() == ".onnx" else PAD_RKNN_MODEL_ZOO

@@ -1,6 +1,6 @@
 """Reads an .rknn file's header and trailing JSON metadata (target SoC, toolkit version, tensors).
 
-Layout (shared/rknpu-facts.md, ".rknn files"): bytes 0-3 ``RKNN``; u64 LE format version at 8;
+Layout (docs/hardware.md#the-rknn-file-format): bytes 0-3 ``RKNN``; u64 LE format version at 8;
 u64 LE length of a FlatBuffer block at 16; the header is 64 bytes (24 when the version <= 1).
 After the block: a u64 LE length, then that many bytes of JSON. Nothing here needs a runtime.
 """

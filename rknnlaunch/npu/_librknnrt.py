@@ -58,6 +58,37 @@ def find_librknnrt(host: HostRoot, path: str = LIBRKNNRT_PATH) -> Librknnrt | No
     return Librknnrt(path, size, None, None)
 
 
+MOUNTINFO_PATH = "/proc/self/mountinfo"
+
+
+def mount_points(mountinfo: str) -> frozenset[str]:
+    """The mount points in a ``/proc/self/mountinfo`` text (field 5; ``\\040``-style escapes undone)."""
+    points = set()
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4:
+            points.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    return frozenset(points)
+
+
+def librknnrt_source(host: HostRoot, injected: str | None) -> tuple[str, str | None]:
+    """Where /usr/lib/librknnrt.so came from: (``"image"`` | ``"host"`` | ``"host?"``, node path).
+
+    The device plugin's ``--host-librknnrt`` bind-mounts the node's file there and says so in
+    ``RKNN_NPU_LIBRKNNRT_SOURCE=host:<node path>`` (``injected``); the claim is checked against
+    this process's mount table: ``"host?"`` when it names no mount at that path (the runtime
+    ignored the mount, and the image's file is what RKNNLite loads).
+    """
+    if not injected or not injected.startswith("host:"):
+        return "image", None
+    node_path = injected.removeprefix("host:")
+    try:
+        mounted = LIBRKNNRT_PATH in mount_points(host.read_text(MOUNTINFO_PATH))
+    except OSError:
+        mounted = False
+    return ("host" if mounted else "host?"), node_path
+
+
 def misplaced_copies(host: HostRoot) -> tuple[str, ...]:
     """Copies of librknnrt.so in places RKNNLite does not look."""
     return tuple(path for path in MISPLACED_PATHS if host.exists(path))

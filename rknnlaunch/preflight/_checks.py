@@ -31,8 +31,9 @@ from ..npu import (
     soc_from_compatible,
     version_tuple,
 )
-from ..npu._librknnrt import LIBRKNNRT_PATH, Librknnrt, find_librknnrt, misplaced_copies
-from ..settings._env import Allocation, NpuSettings, discover_npu, resolve_allocation
+from ..npu._librknnrt import LIBRKNNRT_PATH, Librknnrt, find_librknnrt, librknnrt_source, misplaced_copies
+from ..settings._allocation import Allocation, discover_npu, resolve_allocation
+from ..settings._env import NpuSettings
 
 Status = Literal["ok", "warn", "fail", "skip"]
 SCHEMA = "rknnlaunch.doctor/1"
@@ -260,7 +261,9 @@ def check_driver(found: Findings) -> CheckResult:
     )
 
 
-def check_librknnrt(host: HostRoot, found: Findings) -> CheckResult:
+def check_librknnrt(host: HostRoot, found: Findings, injected_source: str | None = None) -> CheckResult:
+    source, node_path = librknnrt_source(host, injected_source)
+    origin = "from the image" if source == "image" else f"mounted from the node's {node_path}"
     try:
         runtime = find_librknnrt(host)
     except OSError as exc:
@@ -287,7 +290,19 @@ def check_librknnrt(host: HostRoot, found: Findings) -> CheckResult:
         "version": runtime.version,
         "version_line": runtime.version_line,
         "size": runtime.size,
+        "source": "image" if source == "image" else "host",
+        "node_path": node_path,
     }
+    if source == "host?":
+        return CheckResult(
+            "librknnrt",
+            "warn",
+            f"the device plugin says it mounts the node's {node_path} at {LIBRKNNRT_PATH}, but no mount "
+            f"is there: RKNNLite loads the image's copy ({runtime.version_line or runtime.version})",
+            "check that the container runtime applies the plugin's Allocate mounts (or use its --cdi "
+            "spec); or drop --host-librknnrt on the plugin",
+            details,
+        )
     if runtime.version is None:
         return CheckResult(
             "librknnrt",
@@ -297,7 +312,11 @@ def check_librknnrt(host: HostRoot, found: Findings) -> CheckResult:
             details,
         )
     return CheckResult(
-        "librknnrt", "ok", runtime.version_line or f"librknnrt {runtime.version}", None, details
+        "librknnrt",
+        "ok",
+        f"{runtime.version_line or f'librknnrt {runtime.version}'}, {origin}",
+        None,
+        details,
     )
 
 
@@ -466,7 +485,7 @@ def run_checks(
     results.append(check_allocation(settings, found))
     results.append(check_device_nodes(settings, host, found, opener))
     results.append(check_driver(found))
-    results.append(check_librknnrt(host, found))
+    results.append(check_librknnrt(host, found, settings.librknnrt_source))
     results.append(check_toolkit(toolkit_version))
     results.append(check_device_tree(settings, host))
     docker = check_docker_render_node(host) if found.info is not None else None

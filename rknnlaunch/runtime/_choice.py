@@ -13,23 +13,14 @@ from pathlib import Path
 from typing import Literal
 
 from .._errors import DiscoveryError, MaskError, ModelError, UsageError
-from ..npu import HostRoot, NpuInfo, rknnlite_mask, runnable_groups
-from ..settings._env import Allocation, select_cores
+from ..npu import rknnlite_mask, runnable_groups
+from ..settings._allocation import NpuTarget, select_cores
 
 BACKENDS: tuple[str, ...] = ("auto", "npu", "cpu")
 Layout = Literal["one", "per-core"]
 """``one``: a single context over the chosen cores (`open`, the latency path); ``per-core``: one
 context per core (`Pool`, the throughput path), ``contexts_per_core`` times."""
 CONTEXTS_PER_CORE: tuple[int, ...] = (1, 2)
-
-
-@dataclass(frozen=True)
-class NpuTarget:
-    """The discovered NPU and the cores this process may use on it."""
-
-    host: HostRoot
-    info: NpuInfo
-    allocation: Allocation
 
 
 @dataclass(frozen=True)

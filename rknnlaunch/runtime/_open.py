@@ -37,14 +37,10 @@ from ..npu import (
     models_compatible,
     rknnlite_mask,
 )
-from ..settings._env import (
-    NpuSettings,
-    discover_npu,
-    load_settings,
-    resolve_allocation,
-)
+from ..settings._allocation import NpuTarget, find_npu
+from ..settings._env import NpuSettings, load_settings
 from . import _dtcompat
-from ._choice import BACKENDS, LaunchPlan, Layout, NpuTarget, choose_contexts
+from ._choice import BACKENDS, LaunchPlan, Layout, choose_contexts
 from ._closing import ClosesOnExit
 from ._cpu import CpuRuntime, as_nhwc_batch
 from ._rknnlite import RknnLiteFactory, RknnLiteLike, capture_runtime_log, load_rknnlite
@@ -98,13 +94,6 @@ class Runtime(Protocol):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None: ...
-
-
-def find_npu(settings: NpuSettings) -> NpuTarget:
-    """Discover the NPU (device tree via the plugin's replacement file too) and check the allocation."""
-    host = HostRoot(settings.root)
-    info = discover_npu(settings, host)
-    return NpuTarget(host, info, resolve_allocation(settings, info))
 
 
 def make_compatible_visible(settings: NpuSettings, host: HostRoot) -> str | None:

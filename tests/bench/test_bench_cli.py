@@ -24,7 +24,7 @@ from rknnlaunch.settings._env import load_settings
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    return build_parser().parse_args(["bench", *argv])
+    return build_parser("bench").parse_args(["bench", *argv])
 
 
 @pytest.fixture

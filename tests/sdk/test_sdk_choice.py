@@ -9,8 +9,9 @@ import pytest
 
 from rknnlaunch import DiscoveryError, MaskError, ModelError, NpuNotFoundError, UsageError
 from rknnlaunch.npu import HostRoot, discover
-from rknnlaunch.runtime._choice import LaunchPlan, NpuTarget, choose_contexts
-from rknnlaunch.settings._env import load_settings, resolve_allocation
+from rknnlaunch.runtime._choice import LaunchPlan, choose_contexts
+from rknnlaunch.settings._allocation import NpuTarget, resolve_allocation
+from rknnlaunch.settings._env import load_settings
 
 HostFactory = Callable[[str], HostRoot]
 NO_NPU = NpuNotFoundError("no rknpu device node under /dev", "run on an RK3588/RK3576/RK356x node")

@@ -62,7 +62,8 @@ def test_ready_rk3588_without_injection(host_factory: HostFactory) -> None:
     assert "no allocation was injected" in results["allocation"].summary
     assert "cores 0,1,2 (mask 7" in results["allocation"].summary
     assert results["npu"].summary.startswith("rk3588 with 3 NPU cores")
-    assert results["librknnrt"].summary == VERSION_LINE.decode()
+    assert results["librknnrt"].summary == VERSION_LINE.decode() + ", from the image"
+    assert results["librknnrt"].details["source"] == "image"
     assert results["device-nodes"].details["nodes"] == ["/dev/dri/card1", "/dev/dri/renderD129"]
     assert exit_code(list(results.values())) == 0
 
@@ -272,3 +273,32 @@ def test_injected_device_that_is_not_the_npu_warns(host_factory: HostFactory) ->
     result = checks(host, RKNN_NPU_DEVICE="/dev/dri/renderD128")["device-nodes"]
     assert result.status == "warn" and "RKNN_NPU_DEVICE=/dev/dri/renderD128 is not one of" in result.summary
     assert checks(host, RKNN_NPU_DEVICE="/dev/dri/renderD129")["device-nodes"].status == "ok"
+
+
+def test_librknnrt_source_host_mount_is_checked_against_the_mount_table(host_factory: HostFactory) -> None:
+    host = host_factory("rk3588-drm")
+    add_librknnrt(host)
+    injected = {"RKNN_NPU_LIBRKNNRT_SOURCE": "host:/opt/rockchip/librknnrt.so"}
+    # The plugin said so, but the runtime did not mount it: the image's copy is what loads.
+    unmounted = checks(host, **injected)["librknnrt"]
+    assert unmounted.status == "warn" and "no mount is there" in unmounted.summary
+    assert unmounted.fix is not None and "--host-librknnrt" in unmounted.fix
+    write(
+        host.root,
+        "/proc/self/mountinfo",
+        "22 1 0:21 / / rw,relatime - overlay overlay rw\n"
+        "612 22 179:2 /opt/rockchip/librknnrt.so /usr/lib/librknnrt.so ro,nosuid,nodev - ext4 /dev/sda2 rw\n",
+    )
+    mounted = checks(host, **injected)["librknnrt"]
+    assert mounted.status == "ok"
+    assert mounted.summary.endswith("mounted from the node's /opt/rockchip/librknnrt.so")
+    assert (
+        mounted.details["source"] == "host" and mounted.details["node_path"] == "/opt/rockchip/librknnrt.so"
+    )
+
+
+def test_mount_points_undo_escapes() -> None:
+    from rknnlaunch.npu._librknnrt import mount_points
+
+    text = "1 0 0:1 / /a\\040b rw - tmpfs t rw\nshort line\n"
+    assert mount_points(text) == {"/a b"}

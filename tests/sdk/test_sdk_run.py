@@ -198,3 +198,17 @@ def test_run_reuses_what_the_preflight_discovered(
     env, description = cmd_run.child_environment(settings, {}, checked)
     assert (env["RKNN_NPU_CORE_MASK"], env["RKNN_NPU_CORES"], env["RKNN_NPU_SOC"]) == ("3", "0,1", "rk3588")
     assert description is not None and "cores 0,1" in description
+
+
+def test_run_imports_neither_numpy_nor_other_commands() -> None:
+    # `rknnlaunch run` is every container's ENTRYPOINT: it must not pay for numpy, YOLO or the bench.
+    code = (
+        "import sys; from rknnlaunch.cli._main import build_parser, chosen_command; "
+        "argv = ['run', '--no-check', '--', 'true']; build_parser(chosen_command(argv)).parse_args(argv); "
+        "heavy = sorted(m for m in sys.modules if m == 'numpy' or m.startswith(('rknnlaunch.yolo', "
+        "'rknnlaunch.bench', 'rknnlaunch.runtime._open', 'rknnlaunch.cli._bench', "
+        "'rknnlaunch.cli._detect'))); "
+        "print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

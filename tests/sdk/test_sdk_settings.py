@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from rknnlaunch import MaskError, RknnLaunchError, SettingsError
 from rknnlaunch.npu import HostRoot, NpuInfo, discover, mask_to_cores
-from rknnlaunch.settings._env import load_settings, normalised_env, resolve_allocation, select_cores
+from rknnlaunch.settings._allocation import normalised_env, resolve_allocation, select_cores
+from rknnlaunch.settings._env import load_settings
 
 HostFactory = Callable[[str], HostRoot]
 

@@ -15,6 +15,7 @@ import pytest
 
 from rknnlaunch import UsageError
 from rknnlaunch.cli import _detect as _cmd_detect
+from rknnlaunch.cli._main import build_parser
 from rknnlaunch.npu import HostRoot
 from rknnlaunch.settings._env import load_settings
 
@@ -24,9 +25,7 @@ from bench_fakes import FakeRknnLite, write_rknn  # noqa: E402
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    _cmd_detect.add_parser(parser.add_subparsers())
-    return parser.parse_args(["detect", *argv])
+    return build_parser("detect").parse_args(["detect", *argv])
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """The resource manager: owns the NPU's discovery state and device health, and feeds ListAndWatch.
 
 Health is event driven (inotify on the device nodes' folders) with a periodic re-check of the
-driver (re-discovery). Every ListAndWatch stream has its own queue; each health change pushes the
+driver (re-discovery), AND the functional probe's verdict per core (`set_probe_failures`, fed by
+`_probe.ProbeLoop`). Every ListAndWatch stream has its own queue; each health change pushes the
 whole device list to every queue; `close()` ends every stream.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rknnlaunch import DiscoveryError
@@ -20,7 +21,7 @@ from .._events import PluginEvents
 from .._log import get_logger
 from .._settings import ENV_PREFIX
 from ._discovery import discover_on_node
-from ._policy import Mode, device_ids
+from ._policy import Mode, NodeExtras, device_health, device_ids
 from ._watch import FolderWatcher
 
 _log = get_logger("health")
@@ -52,6 +53,8 @@ class ResourceManager:
         soc_hint: SocSpec | None = None,
         health_interval: float = 0.5,
         use_inotify: bool = True,
+        extra_devices: Sequence[str] = (),
+        host_librknnrt: str | None = None,
     ) -> None:
         self.host = host
         self._events = events
@@ -64,6 +67,12 @@ class ResourceManager:
         self._info: NpuInfo | None = None
         self._state = DeviceState((), {})
         self._compatible: str | None = None
+        self._extra_devices = tuple(extra_devices)
+        self._host_librknnrt = host_librknnrt
+        self._extras = NodeExtras()
+        self._device_error: str | None = None
+        self._probe_failures: dict[int, str] = {}
+        self._absent: set[str] = set()
         self._last_error: str | None = None
         self._subscribers: set[queue.Queue[DeviceState | None]] = set()
         self._closed = False
@@ -84,6 +93,17 @@ class ResourceManager:
         """NPU info, device state and compatible file path, all from the same scan (for Allocate)."""
         with self._lock:
             return self._info, self._state, self._compatible
+
+    @property
+    def extras(self) -> NodeExtras:
+        """The --extra-device nodes and --host-librknnrt file present at the last scan."""
+        with self._lock:
+            return self._extras
+
+    @property
+    def state(self) -> DeviceState:
+        with self._lock:
+            return self._state
 
     def subscribe(self) -> queue.Queue[DeviceState | None]:
         """A new stream's queue; it starts with the current full list (None = end of stream)."""
@@ -124,6 +144,7 @@ class ResourceManager:
             compatible = info.compatible_path
         except DiscoveryError as exc:
             info, error = None, str(exc)
+        extras = self._find_extras()
         with self._lock:
             if self._closed:
                 return False
@@ -131,19 +152,13 @@ class ResourceManager:
             if info is not None:
                 self._info = info
                 self._compatible = compatible
+            self._extras = extras
             current = self._info
-            ids = device_ids(current.core_count, self._mode, self._replicas) if current is not None else ()
-            healthy = error is None
-            state = DeviceState(ids, {device_id: healthy for device_id in ids})
-            changed = state != self._state
+            self._device_error = error
             error_changed = error != self._last_error
             self._last_error = error
-            if changed:
-                self._state = state
-                # Under the lock: every stream sees the states in order, and a stream that
-                # subscribes now starts from this state, never from an older one.
-                for subscription in self._subscribers:
-                    subscription.put(state)
+            changed, state = self._publish_locked()
+        ids = state.ids
         if first_info and info is not None:
             _log.info(
                 "NPU found",
@@ -163,18 +178,80 @@ class ResourceManager:
             # The one actionable line for a node without a usable NPU; later scans stay quiet.
             _log.error(f"no usable NPU; {self.when_missing}", extra={"fields": {"error": error}})
         if changed and ids:
-            _log.info(
-                "health changed",
-                extra={
-                    "fields": {
-                        "healthy": [i for i in ids if state.health[i]],
-                        "unhealthy": [i for i in ids if not state.health[i]],
-                        **({"reason": error} if error else {}),
-                    }
-                },
-            )
-            self._events.health_changed(dict(state.health))
+            self._say_health(state)
         return changed
+
+    def set_probe_failures(self, failures: Mapping[int, str]) -> bool:
+        """The functional probe's verdict: core -> why it failed (cores not named passed, or were
+        not probed). Publishes when health changed; True if it did."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._probe_failures = dict(failures)
+            changed, state = self._publish_locked()
+        if changed and state.ids:
+            self._say_health(state)
+        return changed
+
+    def _publish_locked(self) -> tuple[bool, DeviceState]:
+        """Recompute the device state from discovery + probe; push it to every stream if it changed.
+
+        Called with the lock held: every stream sees the states in order, and a stream that
+        subscribes now starts from this state, never from an older one.
+        """
+        current = self._info
+        ids = device_ids(current.core_count, self._mode, self._replicas) if current is not None else ()
+        health = device_health(ids, self._device_error is None, self._probe_failures.keys())
+        state = DeviceState(ids, health)
+        if state == self._state:
+            return False, state
+        self._state = state
+        for subscription in self._subscribers:
+            subscription.put(state)
+        return True, state
+
+    def _say_health(self, state: DeviceState) -> None:
+        with self._lock:
+            device_error = self._device_error
+            failures = dict(self._probe_failures)
+        reasons = [device_error] if device_error else []
+        reasons += [f"core {core} failed its probe: {why}" for core, why in sorted(failures.items())]
+        _log.info(
+            "health changed",
+            extra={
+                "fields": {
+                    "healthy": [i for i in state.ids if state.health[i]],
+                    "unhealthy": [i for i in state.ids if not state.health[i]],
+                    **({"reason": "; ".join(reasons)} if reasons else {}),
+                }
+            },
+        )
+        self._events.health_changed(dict(state.health))
+
+    def _find_extras(self) -> NodeExtras:
+        """The configured extra device nodes and host librknnrt that exist on the host now.
+
+        Absent ones are left out of Allocate (a missing hostPath would fail every pod's start);
+        each absence is said once, and its return too.
+        """
+        present = tuple(path for path in self._extra_devices if self._note_presence(path, "extra device"))
+        librknnrt = self._host_librknnrt
+        if librknnrt is not None and not self._note_presence(librknnrt, "host librknnrt"):
+            librknnrt = None
+        return NodeExtras(present, librknnrt)
+
+    def _note_presence(self, host_path: str, what: str) -> bool:
+        there = os.path.exists(self.host.local(host_path))
+        if not there and host_path not in self._absent:
+            self._absent.add(host_path)
+            _log.warning(
+                f"{what} not on this node; Allocate leaves it out until it appears",
+                extra={"fields": {"path": host_path}},
+            )
+        elif there and host_path in self._absent:
+            self._absent.discard(host_path)
+            _log.info(f"{what} appeared; Allocate hands it in", extra={"fields": {"path": host_path}})
+        return there
 
     def run(self, stop: threading.Event) -> None:
         """Scan now, then on every change in the device folders and every health interval."""

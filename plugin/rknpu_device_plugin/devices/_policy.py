@@ -22,7 +22,7 @@ from rknnlaunch.npu import (
     runnable_groups,
 )
 
-Mode = Literal["core", "shared"]
+Mode = Literal["core", "shared", "whole"]
 
 DEFAULT_RESOURCE_NAME = "rockchip.com/npu"
 """The extended resource kubelet offers (``--resource-name`` may add the SoC for mixed fleets)."""
@@ -30,8 +30,14 @@ CONTAINER_COMPATIBLE_PATH = "/run/rknpu/compatible"
 """Where Allocate mounts the host's device-tree compatible file (runtimes mask /proc/device-tree)."""
 CDI_KIND = "rockchip.com/npu"
 CDI_DEVICE = "npu"
+CONTAINER_LIBRKNNRT_PATH = "/usr/lib/librknnrt.so"
+"""Where rknn-toolkit-lite2 loads librknnrt (LD_LIBRARY_PATH is ignored); --host-librknnrt mounts here."""
+LIBRKNNRT_SOURCE_ENV = "RKNN_NPU_LIBRKNNRT_SOURCE"
+"""Set to ``host:<node path>`` when Allocate mounts the node's librknnrt.so (doctor checks it)."""
 
 _ID = re.compile(r"npu-core-(\d{1,2})(?:-(\d{1,3}))?")
+# Whole mode: one device naming every core, so pod attribution needs no core count.
+_WHOLE_ID = re.compile(r"npu-cores((?:-(?:0|[1-9][0-9]?))+)")
 
 
 class AllocationError(ValueError):
@@ -43,10 +49,18 @@ class AllocationError(ValueError):
 
 
 def device_ids(core_count: int, mode: Mode = "core", replicas: int = 1) -> tuple[str, ...]:
-    """Core mode: ``npu-core-<n>``; shared mode: ``npu-core-<n>-<r>`` for each of ``replicas``."""
+    """Core mode: ``npu-core-<n>``; shared mode: ``npu-core-<n>-<r>`` for each of ``replicas``;
+    whole mode: one ``npu-cores-0-1-2`` for the whole NPU."""
     if mode == "core":
         return tuple(f"npu-core-{core}" for core in range(core_count))
+    if mode == "whole":
+        return (whole_device_id(core_count),)
     return tuple(f"npu-core-{core}-{replica}" for core in range(core_count) for replica in range(replicas))
+
+
+def whole_device_id(core_count: int) -> str:
+    """The one device of ``--mode whole``: ``npu-cores-0-1-2`` on RK3588 (``npu-cores-0`` on RK356x)."""
+    return "npu-cores-" + "-".join(str(core) for core in range(core_count))
 
 
 def core_of(device_id: str) -> int | None:
@@ -55,8 +69,28 @@ def core_of(device_id: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def device_cores(device_id: str) -> CoreSet:
+    """The cores one device ID stands for: one core, or every core of a whole-NPU ID; empty if not ours."""
+    core = core_of(device_id)
+    if core is not None:
+        return frozenset({core})
+    match = _WHOLE_ID.fullmatch(device_id)
+    if match is None:
+        return frozenset()
+    return frozenset(int(part) for part in match.group(1).split("-") if part)
+
+
 def cores_of(ids: Iterable[str]) -> CoreSet:
-    return frozenset(core for core in (core_of(i) for i in ids) if core is not None)
+    return frozenset(core for device_id in ids for core in device_cores(device_id))
+
+
+def device_health(
+    ids: Iterable[str], devices_ok: bool, failed_cores: Collection[int] = ()
+) -> dict[str, bool]:
+    """Health per device ID: the NPU's nodes and driver are there AND no core it stands for failed
+    its functional probe (a whole-NPU device is unhealthy when any core is)."""
+    failed = frozenset(failed_cores)
+    return {device_id: devices_ok and not (device_cores(device_id) & failed) for device_id in ids}
 
 
 # --- GetPreferredAllocation policy --------------------------------------------------------------
@@ -70,7 +104,7 @@ def preferred_allocation(
     size: int,
     mode: Mode = "core",
 ) -> list[str]:
-    """The device IDs we would like a container to get (the policy is documented in README.md).
+    """The device IDs we would like a container to get (docs/plugin.md#preferred-allocation-policy).
 
     Core mode: among every choice of ``size`` IDs from ``available`` that contains
     ``must_include``, prefer (1) a core set one RKNNLite context can run on, else the set that
@@ -89,6 +123,8 @@ def preferred_allocation(
     need = min(size - len(must), len(rest))
     if mode == "shared":
         return must + _shared_pick(rest, need)
+    if mode == "whole":
+        return must + rest[:need]  # one device per node: nothing to choose between
     candidates = [tuple(must) + combo for combo in itertools.combinations(rest, need)]
     free_all = cores_of(known)
     best = min(candidates, key=lambda ids: _core_score(soc, core_count, cores_of(ids), free_all))
@@ -96,8 +132,8 @@ def preferred_allocation(
 
 
 def _core_below(device_id: str, core_count: int) -> bool:
-    core = core_of(device_id)
-    return core is not None and core < core_count
+    cores = device_cores(device_id)
+    return bool(cores) and max(cores) < core_count
 
 
 def _core_score(
@@ -184,10 +220,21 @@ def check_request(ids: Sequence[str], offered: Collection[str], health: Mapping[
         seen.add(device_id)
         if not health.get(device_id, False):
             raise AllocationError(
-                f"device {device_id!r} is Unhealthy (its NPU device node or driver is missing); "
-                "kubelet should not have offered it",
+                f"device {device_id!r} is Unhealthy (its NPU device node or driver is missing, or its "
+                "core failed the functional probe: the plugin's log says which); kubelet should not "
+                "have offered it",
                 unhealthy=True,
             )
+
+
+@dataclass(frozen=True)
+class NodeExtras:
+    """What Allocate adds beyond the NPU, as found on the node at the last scan (absent ones left out)."""
+
+    devices: tuple[str, ...] = ()
+    """``--extra-device`` nodes present on the host (e.g. /dev/rga, /dev/mpp_service)."""
+    librknnrt: str | None = None
+    """``--host-librknnrt``: the node's librknnrt.so (host path), mounted at /usr/lib/librknnrt.so."""
 
 
 def container_plan(
@@ -195,11 +242,13 @@ def container_plan(
     ids: Sequence[str],
     compatible_host_path: str | None,
     cdi: bool = False,
+    extras: NodeExtras = NodeExtras(),
 ) -> ContainerPlan:
     """The Allocate answer for one container granted ``ids`` (already checked) on NPU ``info``.
 
     Device nodes: exactly the NPU's (DRM card + render, or /dev/rknpu + /dev/dma_heap/system),
-    never all of /dev/dri. Container paths equal host paths: librknnrt opens these names.
+    never all of /dev/dri, plus the ``extras`` present. Container paths equal host paths:
+    librknnrt opens these names.
     """
     cores = cores_of(ids)
     mask = cores_to_mask(cores)
@@ -209,37 +258,57 @@ def container_plan(
         "RKNN_NPU_SOC": info.soc.name,
         "RKNN_NPU_DEVICE": info.primary_device,
     }
-    mounts: tuple[MountPlan, ...] = ()
+    mounts: list[MountPlan] = []
     if compatible_host_path is not None:
         envs["RKNN_NPU_COMPATIBLE_FILE"] = CONTAINER_COMPATIBLE_PATH
-        mounts = (MountPlan(CONTAINER_COMPATIBLE_PATH, compatible_host_path, True),)
+        mounts.append(MountPlan(CONTAINER_COMPATIBLE_PATH, compatible_host_path, True))
+    if extras.librknnrt is not None:
+        envs[LIBRKNNRT_SOURCE_ENV] = f"host:{extras.librknnrt}"
+        mounts.append(MountPlan(CONTAINER_LIBRKNNRT_PATH, extras.librknnrt, True))
     return ContainerPlan(
         device_ids=tuple(ids),
         cores=cores,
         mask=mask,
         envs=envs,
-        devices=tuple(DeviceSpecPlan(path, path, "rw") for path in info.device_paths),
-        mounts=mounts,
+        devices=tuple(DeviceSpecPlan(path, path, "rw") for path in _node_paths(info, extras)),
+        mounts=tuple(mounts),
         cdi_devices=(f"{CDI_KIND}={CDI_DEVICE}",) if cdi else (),
     )
 
 
-def cdi_spec(info: NpuInfo, compatible_host_path: str | None) -> dict[str, object]:
-    """A CDI spec (cdiVersion 0.5.0) for the whole NPU: its device nodes and the compatible file.
+def _node_paths(info: NpuInfo, extras: NodeExtras) -> tuple[str, ...]:
+    return tuple(dict.fromkeys((*info.device_paths, *extras.devices)))
+
+
+def cdi_spec(
+    info: NpuInfo, compatible_host_path: str | None, extras: NodeExtras = NodeExtras()
+) -> dict[str, object]:
+    """A CDI spec (cdiVersion 0.5.0) for the whole NPU: its device nodes (and the extras present),
+    the compatible file and, with --host-librknnrt, the node's librknnrt.so.
 
     Per-core env stays in the Allocate response (CDI devices carry no per-allocation data).
     """
-    edits: dict[str, object] = {
-        "deviceNodes": [{"path": path, "hostPath": path, "permissions": "rw"} for path in info.device_paths],
-        "env": [f"RKNN_NPU_SOC={info.soc.name}", f"RKNN_NPU_DEVICE={info.primary_device}"],
-    }
+    env = [f"RKNN_NPU_SOC={info.soc.name}", f"RKNN_NPU_DEVICE={info.primary_device}"]
+    mounts: list[tuple[str, str]] = []
     if compatible_host_path is not None:
+        mounts.append((compatible_host_path, CONTAINER_COMPATIBLE_PATH))
+    if extras.librknnrt is not None:
+        env.append(f"{LIBRKNNRT_SOURCE_ENV}=host:{extras.librknnrt}")
+        mounts.append((extras.librknnrt, CONTAINER_LIBRKNNRT_PATH))
+    edits: dict[str, object] = {
+        "deviceNodes": [
+            {"path": path, "hostPath": path, "permissions": "rw"} for path in _node_paths(info, extras)
+        ],
+        "env": env,
+    }
+    if mounts:
         edits["mounts"] = [
             {
-                "hostPath": compatible_host_path,
-                "containerPath": CONTAINER_COMPATIBLE_PATH,
+                "hostPath": host_path,
+                "containerPath": container_path,
                 "options": ["ro", "nosuid", "nodev", "bind"],
             }
+            for host_path, container_path in mounts
         ]
     return {
         "cdiVersion": "0.5.0",

@@ -118,7 +118,7 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
                     else grpc.StatusCode.INVALID_ARGUMENT,
                     reason,
                 )
-            plan = container_plan(info, ids, compatible, cdi=self.cdi)
+            plan = container_plan(info, ids, compatible, cdi=self.cdi, extras=self._resources.extras)
             plans.append(plan)
             responses.append(container_response(plan))
         for plan in plans:

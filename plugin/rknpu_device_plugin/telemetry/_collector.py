@@ -15,7 +15,15 @@ from typing import Any
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from rknnlaunch.npu import DRIVER_DIRS, HostRoot, NpuInfo, read_frequency, read_load
+from rknnlaunch.npu import (
+    DRIVER_DIRS,
+    HostRoot,
+    NpuInfo,
+    find_npu_thermal_zone,
+    read_frequency,
+    read_load,
+    read_temperature,
+)
 
 from ._podresources import CoreHolder, PodResourcesClient, PodResourcesError
 
@@ -34,6 +42,8 @@ class NpuReading:
     info: NpuInfo | None
     load: tuple[float, ...] | None = None
     frequency_hz: int | None = None
+    temperature_celsius: float | None = None
+    """From the thermal zone whose type names the NPU; None where there is none (RK356x)."""
     readable: Mapping[str, bool] = field(default_factory=dict)
     parse_failures: Mapping[str, int] = field(default_factory=dict)
     holders: tuple[CoreHolder, ...] = ()
@@ -69,6 +79,13 @@ def npu_families(reading: NpuReading) -> list[Metric]:
                 float(info.core_count),
             )
         )
+        driver = GaugeMetricFamily(
+            "rknpu_driver_info",
+            "The rknpu kernel driver's version (always 1); 'unknown' when the driver does not say.",
+            labels=["version"],
+        )
+        driver.add_metric([info.driver_version or "unknown"], 1.0)
+        families.append(driver)
     if reading.load is not None:
         load = GaugeMetricFamily(
             "rknpu_core_load_ratio",
@@ -81,6 +98,14 @@ def npu_families(reading: NpuReading) -> list[Metric]:
     if reading.frequency_hz is not None:
         families.append(
             GaugeMetricFamily("rknpu_frequency_hertz", "NPU clock frequency.", float(reading.frequency_hz))
+        )
+    if reading.temperature_celsius is not None:
+        families.append(
+            GaugeMetricFamily(
+                "rknpu_temperature_celsius",
+                "NPU temperature from the thermal zone whose type names the NPU (npu-thermal).",
+                reading.temperature_celsius,
+            )
         )
     readable = GaugeMetricFamily(
         "rknpu_driver_file_readable",
@@ -145,6 +170,7 @@ class NpuCollector:
         self._pod_resources_errors = 0
         self._pod_resources_was_up: bool | None = None
         self._said: set[str] = set()
+        self._thermal_zone: str | None = None
 
     def describe(self) -> Iterable[Metric]:
         # Nothing up front: registering must not read the driver.
@@ -162,15 +188,17 @@ class NpuCollector:
                 self._say_once("current-info", f"no NPU info for this scrape ({exc!r}); exporting without it")
                 info = None
             readable = {LOAD_FILE: False, FREQUENCY_FILE: False}
-            load = frequency = None
+            load = frequency = temperature = None
             if info is not None:
                 load = self._read_load(info, readable)
                 frequency = self._read_frequency(info, readable)
+                temperature = self._read_temperature()
             holders, up = self._read_holders()
             return NpuReading(
                 info=info,
                 load=load,
                 frequency_hz=frequency,
+                temperature_celsius=temperature,
                 readable=readable,
                 parse_failures=dict(self._parse_failures),
                 holders=holders,
@@ -247,6 +275,20 @@ class NpuCollector:
         self._say_once(
             "freq-unreadable", f"cannot read the NPU clock ({problem}); rknpu_frequency_hertz is left out"
         )
+        return None
+
+    def _read_temperature(self) -> float | None:
+        # The zone is looked up once and again only after a failed read (zones renumber on reboot,
+        # never while running); a board without an NPU zone costs one directory listing a scrape.
+        for _attempt in range(2):
+            if self._thermal_zone is None:
+                self._thermal_zone = find_npu_thermal_zone(self.host)
+                if self._thermal_zone is None:
+                    return None
+            try:
+                return read_temperature(self.host, self._thermal_zone)
+            except (OSError, ValueError):
+                self._thermal_zone = None
         return None
 
     def _read_holders(self) -> tuple[tuple[CoreHolder, ...], bool | None]:

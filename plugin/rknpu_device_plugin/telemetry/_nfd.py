@@ -26,6 +26,8 @@ from .._files import write_atomic
 
 DEFAULT_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 FEATURE_FILE_NAME = "rknpu"
+PLUGIN_FEATURE_FILE_NAME = "rknpu-plugin"
+"""The device plugin's own file (mode, health, probe): the exporter's ``rknpu`` stays its own."""
 LABEL_NAMESPACE = "rknpu.feature.node.kubernetes.io"
 TEXTFILE_NAME = "rknpu.prom"
 # A Kubernetes label value: <= 63 characters, alphanumerics with '-', '_' or '.' inside.
@@ -59,19 +61,44 @@ def nfd_labels(info: NpuInfo) -> dict[str, str]:
     return {name: value for name, value in labels.items() if value}
 
 
+def plugin_labels(mode: str, health: Mapping[str, bool], probes: Mapping[int, bool]) -> dict[str, str]:
+    """The device plugin's node labels: its mode, healthy devices and the functional probe's verdict.
+
+    ``probe`` is ``passed`` or ``failed`` once a probe ran (absent while the probe is off), and
+    ``probe-failed-cores`` names the failing cores joined by dots (``1.2``; label values allow no
+    commas), so ``nodeSelector``/affinity can avoid nodes with broken cores.
+    """
+    labels = {
+        "plugin-mode": mode,
+        "devices": str(len(health)),
+        "devices-healthy": str(sum(1 for ok in health.values() if ok)),
+    }
+    if probes:
+        failed = sorted(core for core, ok in probes.items() if not ok)
+        labels["probe"] = "failed" if failed else "passed"
+        if failed:
+            labels["probe-failed-cores"] = ".".join(str(core) for core in failed)
+    return labels
+
+
+def feature_text(labels: Mapping[str, str], expires_at: datetime | None = None) -> str:
+    """A feature file with ``labels`` (name without namespace -> value) under our namespace."""
+    lines = ["# Written by rknpu-exporter / rknpu-device-plugin (rknnlaunch); do not edit."]
+    if expires_at is not None:
+        stamp = expires_at.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+        lines.append(f"# +expiry-time={stamp}")
+    lines += [f"{LABEL_NAMESPACE}/{name}={value}" for name, value in sorted(labels.items())]
+    return "\n".join(lines) + "\n"
+
+
 def nfd_feature_text(info: NpuInfo, expires_at: datetime | None = None) -> str:
     """The content of ``features.d/rknpu``.
 
     With ``expires_at`` NFD drops the labels after that time unless the file is rewritten first,
     so a node whose exporter stopped loses its NPU labels instead of keeping stale ones.
     """
-    lines = ["# Written by rknpu-exporter / rknpu-device-plugin (rknnlaunch); do not edit."]
-    if expires_at is not None:
-        stamp = expires_at.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
-        lines.append(f"# +expiry-time={stamp}")
-    lines += [f"{LABEL_NAMESPACE}/{name}={value}" for name, value in sorted(nfd_labels(info).items())]
     # A few hundred bytes: far below the 64 kB above which NFD ignores a feature file.
-    return "\n".join(lines) + "\n"
+    return feature_text(nfd_labels(info), expires_at)
 
 
 def parse_feature_text(text: str) -> dict[str, str]:

@@ -23,6 +23,8 @@ class PluginCounts:
     allocated_devices: int = 0
     allocation_errors: int = 0
     health: Mapping[str, bool] = field(default_factory=dict)
+    probes: Mapping[int, tuple[bool, float]] = field(default_factory=dict)
+    """core -> (last probe passed, its seconds); empty while the probe is off."""
 
 
 class PluginMetrics:
@@ -40,6 +42,7 @@ class PluginMetrics:
         self._allocated_devices = 0
         self._allocation_errors = 0
         self._health: dict[str, bool] = {}
+        self._probes: dict[int, tuple[bool, float]] = {}
 
     # PluginEvents
     def registered(self) -> None:
@@ -65,6 +68,10 @@ class PluginMetrics:
         with self._lock:
             self._health = snapshot
 
+    def probed(self, core: int, ok: bool, seconds: float) -> None:
+        with self._lock:
+            self._probes[core] = (ok, seconds)
+
     # reading
     def counts(self) -> PluginCounts:
         with self._lock:
@@ -75,6 +82,7 @@ class PluginMetrics:
                 allocated_devices=self._allocated_devices,
                 allocation_errors=self._allocation_errors,
                 health=dict(self._health),
+                probes=dict(self._probes),
             )
 
     # prometheus_client Collector
@@ -94,8 +102,23 @@ def plugin_families(counts: PluginCounts) -> list[Metric]:
     )
     for device, ok in sorted(counts.health.items()):
         healthy.add_metric([device], 1.0 if ok else 0.0)
-    return [
-        healthy,
+    families: list[Metric] = [healthy]
+    if counts.probes:
+        success = GaugeMetricFamily(
+            "rknpu_core_probe_success",
+            "1 if the core's last functional probe (one inference in a child process) passed, else 0.",
+            labels=["core"],
+        )
+        seconds = GaugeMetricFamily(
+            "rknpu_core_probe_seconds",
+            "How long the core's last functional probe took (load, init, inference; the timeout if hung).",
+            labels=["core"],
+        )
+        for core, (ok, took) in sorted(counts.probes.items()):
+            success.add_metric([str(core)], 1.0 if ok else 0.0)
+            seconds.add_metric([str(core)], took)
+        families += [success, seconds]
+    families += [
         CounterMetricFamily(
             "rknpu_allocations", "Successful Allocate answers (one per container).", counts.allocations
         ),
@@ -116,6 +139,7 @@ def plugin_families(counts: PluginCounts) -> list[Metric]:
             counts.restarts,
         ),
     ]
+    return families
 
 
 if TYPE_CHECKING:
