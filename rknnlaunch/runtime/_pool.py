@@ -77,6 +77,8 @@ class WorkerGroup:
             raise UsageError(
                 "cpu_affinity= pins worker processes", "add workers='process', or drop cpu_affinity="
             )
+        if workers == "process":
+            _workers.start_forkserver()  # boots while the plan is made
         settings = settings if settings is not None else load_settings()
         if launch_plan is None:
             chosen = plan(model, cores, backend, settings, layout, contexts_per_core)

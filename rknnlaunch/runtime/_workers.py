@@ -287,6 +287,18 @@ def _pack(result: Any, slot: int, outputs: dict[int, SharedMemory]) -> tuple[str
     return "arrays", (slot, name, specs)
 
 
+def start_forkserver() -> None:
+    """Start (once per program) the server that forks worker processes, with the worker code imported.
+
+    It boots in the background: calling this before other start-up work (discovery, model checks)
+    overlaps the two; each worker is then a cheap fork of the server.
+    """
+    multiprocessing.get_context("forkserver").set_forkserver_preload([__name__])
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
+
+
 @dataclass
 class _Job:
     frame: np.ndarray | None
@@ -340,8 +352,7 @@ class ProcessWorkers:
         self._gc_every = gc_every
         self._context: Any = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
-            # The server imports the worker code once; each worker is then a cheap fork of it.
-            self._context.set_forkserver_preload([__name__])
+            start_forkserver()
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._backlog: deque[_Job] = deque()

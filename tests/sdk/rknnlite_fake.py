@@ -254,6 +254,8 @@ class SimulatedNpu:
     output_shapes: tuple[tuple[int, ...], ...] = ((1, 6, 8400),)
     crash_value: int | None = None
     none_value: int | None = None
+    trace: bool = False
+    """Append ``core start end`` (time.monotonic, system-wide) per NPU job to lock_dir/trace-<pid>."""
     cycle_kb: int = 0
     """Each inference leaves a reference cycle holding this many kB (what the public RKNNLite
     memory-growth report traced its ~42 kB per inference to): only a garbage collection frees it."""
@@ -321,6 +323,7 @@ class SimRKNNLite(FakeRKNNLite):
         super().__init__(npu)
         self.config = config
         self._core_fds: list[int] = []
+        self._cores: list[int] = []
 
     def init_runtime(
         self,
@@ -348,6 +351,7 @@ class SimRKNNLite(FakeRKNNLite):
         if code == 0:
             mask = self.effective_mask or 1  # mask 0 (single-core SoCs): core 0
             cores = [core for core in range(3) if mask & (1 << core)]
+            self._cores = cores
             self._core_fds = [
                 os.open(os.path.join(self.config.lock_dir, f"core{core}.lock"), os.O_RDWR | os.O_CREAT, 0o666)
                 for core in cores
@@ -389,7 +393,12 @@ class SimRKNNLite(FakeRKNNLite):
             for fd in self._core_fds:  # ascending core order: no deadlock between multi-core contexts
                 fcntl.flock(fd, fcntl.LOCK_EX)
             try:
+                started = time.monotonic()
                 time.sleep(latency)
+                if self.config.trace:
+                    line = "".join(f"{core} {started} {time.monotonic()}\n" for core in self._cores)
+                    with open(os.path.join(self.config.lock_dir, f"trace-{os.getpid()}"), "a") as log:
+                        log.write(line)
             finally:
                 for fd in reversed(self._core_fds):
                     fcntl.flock(fd, fcntl.LOCK_UN)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import select
 import signal
@@ -243,3 +244,24 @@ def test_a_worker_that_cannot_open_its_context_fails_the_pool_with_the_runtime_r
         rknnlaunch.RuntimeInitError, match=r"(?s)init_runtime\(core_mask=1.*current platform is rk3568"
     ):
         Pool(model, settings=settings, rknnlite=wrong, workers="process")
+
+
+@pytest.mark.parametrize("workers", ["thread", "process"])
+def test_two_contexts_on_one_core_take_turns(setup: tuple[Path, Any, SimulatedNpu], workers: str) -> None:
+    """The simulated NPU runs one job per core at a time, whichever context or process submits it."""
+    model, settings, sim = setup
+    traced = SimulatedNpu(sim.lock_dir, single_core_ms=3.0, trace=True)
+    with Pool(
+        model, [0, 1], settings=settings, rknnlite=traced, workers=workers, contexts_per_core=2
+    ) as pool:  # type: ignore[arg-type]
+        assert pool.size == 4
+        assert len(list(pool.map(frame(1) for _ in range(40)))) == 40
+    jobs: dict[int, list[tuple[float, float]]] = {0: [], 1: []}
+    for trace in Path(sim.lock_dir).glob("trace-*"):
+        for line in trace.read_text().splitlines():
+            core, start, end = line.split()
+            jobs[int(core)].append((float(start), float(end)))
+    assert sum(len(spans) for spans in jobs.values()) == 40 and all(jobs.values())
+    for spans in jobs.values():
+        spans.sort()
+        assert all(end <= next_start for (_, end), (next_start, _) in itertools.pairwise(spans))
