@@ -200,11 +200,15 @@ def main() -> None:
                 cells.append(f"{fps:6.1f} ({fps / IDEAL_FPS:4.0%})")
             print(f"{label:<44} {cells[0]:>14} {cells[1]:>16}", flush=True)
         for workers, target in (("thread", 50), ("process", 300)):
-            overhead = dispatch_overhead_us(folder, workers, 2000 if workers == "thread" else 1000)
+            cpu, wall = dispatch_overhead_us(folder, workers, 3000)
             print(
-                f"dispatch overhead per frame, {workers + 's':<9} {overhead:7.0f} us (target <= {target} us)"
+                f"dispatch overhead per frame, {workers:<7}: CPU {cpu:5.0f} us, wall {wall:5.0f} us "
+                f"(target <= {target} us)",
+                flush=True,
             )
+        load = os.getloadavg()[0]
         print(f"import rknnlaunch + Pool start, 3 processes: {startup_seconds(folder):.2f} s (target <= 1 s)")
+        print(f"load average during the run: {load:.1f} on {os.cpu_count()} CPUs (ratios shift under load)")
 
 
 if __name__ == "__main__":
