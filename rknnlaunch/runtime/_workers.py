@@ -21,6 +21,7 @@ import pickle
 import queue
 import signal
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -39,8 +40,12 @@ from ._open import Runtime, open_plan
 from ._rknnlite import RknnLiteFactory
 
 GC_EVERY = 200
-"""Frames between `gc.collect()` calls in each worker: RKNNLite loops are publicly reported to grow
-through reference cycles that a periodic collection frees (docs/hardware.md)."""
+"""Frames between `gc.collect()` calls: RKNNLite loops are publicly reported to grow through
+reference cycles that a periodic collection frees (docs/hardware.md)."""
+GC_MIN_INTERVAL_S = 5.0
+"""Thread workers share the caller's process, whose full collection can take tens of ms with the GIL
+held (every worker stalls): there, collect at most this often. Worker processes freeze the objects
+they started with (`gc.freeze`), so their collections only walk what the loop allocated."""
 DEPTH = 2
 """Frames handed to one process worker at a time: one running, one waiting, so it never idles."""
 MAX_RESTARTS = 3
@@ -94,14 +99,21 @@ def _describe(cores: frozenset[int]) -> str:
 
 
 class _Counter:
-    """Frames done across a process's workers; says when to collect garbage."""
+    """Frames done across a process's workers; collects garbage every ``every`` frames, but not
+    more often than every ``min_interval`` seconds."""
 
-    def __init__(self, every: int) -> None:
+    def __init__(self, every: int, min_interval: float = 0.0) -> None:
         self.every = every
+        self.min_interval = min_interval
         self._count = itertools.count(1)
+        self._last = time.monotonic()
 
     def tick(self) -> None:
-        if self.every > 0 and next(self._count) % self.every == 0:
+        if self.every <= 0 or next(self._count) % self.every != 0:
+            return
+        now = time.monotonic()
+        if now - self._last >= self.min_interval:
+            self._last = now
             gc.collect()
 
 
@@ -121,7 +133,7 @@ class ThreadWorkers:
         self._jobs: queue.SimpleQueue[_ThreadJob | None] = queue.SimpleQueue()
         self._closed = False
         self._close_lock = threading.Lock()
-        self._counter = _Counter(gc_every)
+        self._counter = _Counter(gc_every, GC_MIN_INTERVAL_S)
         self._threads = [
             threading.Thread(
                 target=self._work, args=(task.bind(runtime),), name=f"rknnlaunch-worker-{i}", daemon=True
@@ -232,6 +244,8 @@ def worker_main(conn: multiprocessing.connection.Connection, spec: WorkerSpec) -
     counter = _Counter(spec.gc_every)
     try:
         run = spec.task.bind(runtime)
+        gc.collect()
+        gc.freeze()  # what exists now lives as long as the worker: periodic collections skip it
         conn.send(("ready", runtime.label, os.getpid()))
         while True:
             try:

@@ -223,12 +223,14 @@ def test_factory_by_dotted_path_and_bad_worker_kind(setup: tuple[Path, Any, Simu
 def test_workers_collect_garbage_periodically(
     setup: tuple[Path, Any, SimulatedNpu], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """RKNNLite loops grow through reference cycles (public report): workers gc.collect() every N frames."""
+    """RKNNLite loops grow through reference cycles (public report): workers gc.collect() every N
+    frames (thread workers also at most every GC_MIN_INTERVAL_S: a full collection stalls them all)."""
     from rknnlaunch.runtime import _workers
 
     collections: list[int] = []
     monkeypatch.setattr(_workers.gc, "collect", lambda *args: collections.append(1) or 0)
     monkeypatch.setattr(_workers, "GC_EVERY", 5)
+    monkeypatch.setattr(_workers, "GC_MIN_INTERVAL_S", 0.0)
     model, settings, sim = setup
     with Pool(model, settings=settings, rknnlite=sim) as pool:
         assert len(list(pool.map(frame(1) for _ in range(20)))) == 20
