@@ -26,6 +26,7 @@ from ._rknnlite import RknnLiteFactory
 from ._runtime import BACKENDS, Plan, open_plan, plan
 from ._settings import NpuSettings, load_settings
 from ._version import __version__
+from .model._facts import embedded_pad_and_names
 from .npu import HostRoot, format_cores, runnable_core_sets
 from .yolo import read_image
 from .yolo._model import ModelPipeline, resolve_model, sha256
@@ -266,6 +267,9 @@ def execute(
     the_plan = plan(model, None, args.backend, settings, split=True)
     # Validates --pad/--conf/--iou, and below the output paths, before any runtime is opened.
     pipeline = ModelPipeline.for_model(the_plan.model, args.pad, args.conf, args.iou)
+    embedded_pad, _ = embedded_pad_and_names(pipeline.metadata)
+    if args.pad is None and embedded_pad is not None:  # the pad `rknnlaunch convert` recorded
+        pipeline = dataclasses.replace(pipeline, pad_value=embedded_pad)
     meta, width, height = pipeline.metadata, pipeline.input_width, pipeline.input_height
     image, image_source = load_image(args.image)
     _check_outputs(args.json, args.plot)

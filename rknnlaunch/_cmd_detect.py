@@ -11,6 +11,7 @@ from typing import Any, TextIO
 from ._rknnlite import RknnLiteFactory
 from ._runtime import BACKENDS, open_plan, plan
 from ._settings import NpuSettings, load_settings
+from .model._facts import embedded_pad_and_names
 from .yolo import COCO_NAMES, class_count, class_name, draw_detections, read_image
 from .yolo._image import check_image_writable, write_image
 from .yolo._model import ModelPipeline, class_names, resolve_model
@@ -53,6 +54,9 @@ def execute(
     # One context is enough for one image: the first runnable group of the allocation.
     the_plan = dataclasses.replace(the_plan, groups=the_plan.groups[:1])
     pipeline = ModelPipeline.for_model(the_plan.model, args.pad, args.conf, args.iou)
+    embedded_pad, embedded_names = embedded_pad_and_names(pipeline.metadata)
+    if args.pad is None and embedded_pad is not None:  # the pad `rknnlaunch convert` recorded
+        pipeline = dataclasses.replace(pipeline, pad_value=embedded_pad)
     boxer, decoder = pipeline.stages()
     runtime = open_plan(the_plan, settings, rknnlite)[0]
     try:
@@ -61,7 +65,7 @@ def execute(
     finally:
         runtime.close()
     found = decoder(outputs, info)
-    names = class_names(pipeline.metadata)
+    names = embedded_names or class_names(pipeline.metadata)
     if names is None and class_count([tuple(o.shape) for o in outputs]) == len(COCO_NAMES):
         names = list(COCO_NAMES)
     rows: list[dict[str, Any]] = [
