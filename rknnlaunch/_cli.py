@@ -14,7 +14,15 @@ from ._version import __version__
 
 # Each subcommand lives in its own module exposing `add_parser(subparsers) -> None`; the parser it
 # adds sets `handler=<function(args) -> int>`. Listed here so `--help` shows them in this order.
-_COMMAND_MODULES = ("_cmd_bench", "_cmd_detect", "_cmd_doctor", "_cmd_run", "_cmd_model")
+_COMMAND_MODULES = (
+    "_cmd_bench",
+    "_cmd_detect",
+    "_cmd_doctor",
+    "_cmd_run",
+    "_cmd_model",
+    "_cmd_convert",
+    "_cmd_validate",
+)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -56,7 +56,7 @@ def run_inspect(args: argparse.Namespace) -> int:
             (
                 "quantization",
                 facts.quantization
-                + (f" ({len(facts.float_tail)} head tensors in float16)" if facts.float_tail else ""),
+                + (" (the head's tail in float16)" if facts.quantization == "int8-hybrid" else ""),
             ),
             ("source onnx", f"sha256 {facts.source_onnx_sha256}"),
         ]

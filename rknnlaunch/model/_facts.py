@@ -47,8 +47,6 @@ class ModelFacts(BaseModel):
     """Letterbox pad the model was trained with (Ultralytics: 114)."""
     output_layout: Literal["rknn-9", "rknn-6", "ultralytics"]
     quantization: Literal["int8-hybrid", "int8", "fp16"]
-    float_tail: Annotated[list[_Name], Field(max_length=4096)] = []
-    """Tensors kept in float16 in an int8-hybrid build (the decode head's tail)."""
     source_onnx_sha256: _Sha
     calibration_sha256: _Sha | None = None
     calibration_images: Annotated[StrictInt, Field(ge=0, le=1_000_000)] = 0

@@ -44,7 +44,6 @@ def facts(**overrides: Any) -> ModelFacts:
         "pad_value": 114,
         "output_layout": "ultralytics",
         "quantization": "int8-hybrid",
-        "float_tail": ["/model.22/Split_output_0-rs"],
         "source_onnx_sha256": SHA,
         "calibration_sha256": SHA,
         "calibration_images": 13,
