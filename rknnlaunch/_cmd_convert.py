@@ -122,8 +122,6 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             layout=facts.output_layout,
             model=converted.path,
             class_names=facts.class_names,
-            mean=facts.mean,
-            std=facts.std,
             progress=progress,
         )
         print_report(report, out, args.min_agreement)

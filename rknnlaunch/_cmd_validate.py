@@ -102,8 +102,6 @@ def execute(
             layout=facts.output_layout if facts else None,
             model=args.model,
             class_names=facts.class_names if facts else (),
-            mean=facts.mean if facts else (0.0, 0.0, 0.0),
-            std=facts.std if facts else (255.0, 255.0, 255.0),
             conf_threshold=args.conf,
             iou_threshold=args.iou,
         )

@@ -14,6 +14,7 @@ from ._compare import (
     match,
     pairwise_iou,
     parse_yolo_labels,
+    relative_error,
     totals,
 )
 from ._images import decode_all, image_files
@@ -47,6 +48,7 @@ __all__ = [
     "pairwise_iou",
     "parse_yolo_labels",
     "print_report",
+    "relative_error",
     "totals",
     "write_json",
     "write_plot",

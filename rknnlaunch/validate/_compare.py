@@ -274,13 +274,27 @@ CAUSES = {
 outputs the device's outputs resemble best (clearly better than the correct input) is the likely cause."""
 
 
-def likely_cause(similarity: Mapping[str, float | None], margin: float = 0.05) -> str | None:
-    """The hypothesis (key of `CAUSES`) whose reference outputs are most similar to the device's,
-    when it beats ``similarity["correct"]`` by ``margin``; else None (quantisation error or a bad
-    calibration set are then the usual causes)."""
-    baseline = similarity.get("correct") or 0.0
-    best, value = None, baseline + margin
-    for name, cos in similarity.items():
-        if name != "correct" and cos is not None and cos > value:
-            best, value = name, cos
+def relative_error(reference: npt.NDArray[np.generic], device: npt.NDArray[np.generic]) -> float | None:
+    """||device - reference|| / ||reference|| over the flattened tensors (None when sizes differ).
+
+    Unlike cosine, this is not dominated into ~1 by large box coordinates sharing a tensor with
+    small scores, so it separates "the same input, slightly quantised" from "another input"."""
+    x = np.asarray(reference, np.float64).ravel()
+    y = np.asarray(device, np.float64).ravel()
+    if x.size != y.size:
+        return None
+    norm = float(np.linalg.norm(x))
+    diff = float(np.linalg.norm(y - x))
+    return diff / norm if norm else (0.0 if diff == 0.0 else float("inf"))
+
+
+def likely_cause(errors: Mapping[str, float | None], factor: float = 0.5) -> str | None:
+    """The hypothesis (key of `CAUSES`) whose reference outputs the device's outputs are closest to
+    (`relative_error`), when it is under ``factor`` x the error against the correct input; else
+    None (quantisation error or a bad calibration set are then the usual causes)."""
+    baseline = errors.get("correct")
+    best, value = None, (baseline if baseline is not None else float("inf")) * factor
+    for name, error in errors.items():
+        if name != "correct" and error is not None and error < value:
+            best, value = name, error
     return best

@@ -22,10 +22,10 @@ from ._compare import (
     ImageComparison,
     Totals,
     compare_image,
-    cosine,
     likely_cause,
     map50,
     parse_yolo_labels,
+    relative_error,
     totals,
 )
 from ._images import decode_all
@@ -53,7 +53,8 @@ class ValidateReport:
     map50_reference: float | None = None
     map50_device: float | None = None
     likely_cause: str | None = None
-    cause_similarity: dict[str, float | None] = field(default_factory=dict)
+    cause_errors: dict[str, float | None] = field(default_factory=dict)
+    """Relative error of the device's outputs against the reference fed each hypothesis's input."""
 
     def exit_code(self, min_agreement: float | None) -> int:
         threshold = DEFAULT_MIN_AGREEMENT if min_agreement is None else min_agreement
@@ -94,7 +95,7 @@ class ValidateReport:
             },
             "likely_cause": self.likely_cause,
             "likely_cause_text": CAUSES.get(self.likely_cause or ""),
-            "cause_similarity": self.cause_similarity,
+            "cause_errors": self.cause_errors,
             "images": [
                 {
                     "image": i.image,
@@ -113,7 +114,11 @@ class ValidateReport:
 
 
 class OnnxReference:
-    """The ONNX model on the CPU (onnxruntime): NCHW float (x - mean) / std from the same frame."""
+    """The ONNX model on the CPU (onnxruntime): NCHW float (x - mean) / std from the same frame.
+
+    ``mean``/``std`` are what the ONNX expects (Ultralytics: 0 and 255, i.e. RGB / 255), never the
+    values a model was converted with: those are what `validate` checks.
+    """
 
     def __init__(self, path: Path, mean: Sequence[float], std: Sequence[float]) -> None:
         try:
@@ -236,15 +241,15 @@ def compare_with_reference(
     low_cosine = any(c is not None and c < 0.95 for c in total.cosine_min)
     if worst is not None and (total.agreement < 0.8 or low_cosine):
         _, x, dev_out = worst
-        similarity: dict[str, float | None] = {
-            "correct": _first(cosine(r, d) for r, d in zip(onnx(x), dev_out, strict=False))
+        errors: dict[str, float | None] = {
+            "correct": _first(relative_error(r, d) for r, d in zip(onnx(x), dev_out, strict=False))
         }
         for cause in CAUSES:
-            similarity[cause] = _first(
-                cosine(r, d) for r, d in zip(onnx.mistaken(x, cause), dev_out, strict=False)
+            errors[cause] = _first(
+                relative_error(r, d) for r, d in zip(onnx.mistaken(x, cause), dev_out, strict=False)
             )
-        report.cause_similarity = similarity
-        report.likely_cause = likely_cause(similarity)
+        report.cause_errors = errors
+        report.likely_cause = likely_cause(errors)
     return report
 
 
