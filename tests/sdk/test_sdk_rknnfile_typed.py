@@ -227,3 +227,47 @@ def test_inspect_shows_facts_layout_and_warnings(tmp_path: Path, capsys: pytest.
     assert "images [1x640x640x3] NHWC int8" in out
     assert "classes          Normal, Fall" in out and "int8-hybrid" in out and "ultralytics" in out
     assert "warning: output output0 [1x6x8400] is int8" in out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    key=st.sampled_from(
+        [
+            "class_names",
+            "input_size",
+            "pad_value",
+            "output_layout",
+            "quantization",
+            "source_onnx_sha256",
+            "calibration_images",
+            "mean",
+            "schema",
+        ]
+    ),
+    value=_json,
+)
+def test_any_value_in_our_facts_is_read_or_a_model_error_naming_it(key: str, value: Any) -> None:
+    text = json.dumps({"rknnlaunch": {**facts().as_dict(), key: value}})
+    try:
+        info = parse_rknn(rknn_bytes(block=flatbuffer_block({11: text})), "m.rknn")
+    except ModelError as exc:
+        assert f"rknnlaunch.{key}" in exc.problem and exc.fix
+    else:
+        assert info.facts is not None
+
+
+def test_doctor_warns_about_a_blind_int8_model(host_factory: Any, tmp_path: Path) -> None:
+    from rknnlaunch._doctor import run_checks
+    from rknnlaunch._settings import load_settings
+
+    host = host_factory("rk3588-drm")
+    model = tmp_path / "blind.rknn"
+    block = flatbuffer_block({13: json.dumps({"output0": {"dtype": "int8", "layout": "NCHW"}})})
+    model.write_bytes(rknn_bytes(block=block))
+    settings = load_settings({"RKNNLAUNCH_ROOT": str(host.root)})
+    results = {
+        r.id: r
+        for r in run_checks(settings, None, model, opener=lambda _p: None, toolkit_version=lambda: None)
+    }
+    assert results["model"].status == "warn"
+    assert "every score rounds to 0" in results["model"].summary and "--fp16" in (results["model"].fix or "")
