@@ -26,6 +26,7 @@ from rknnlaunch._rknnfile import read_rknn
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),  # the toolkit's onnx.mapping use, ~35,000 lines
     pytest.mark.skipif(
         importlib.util.find_spec("rknn") is None,
         reason="rknn-toolkit2 is not importable: set up a venv with scripts/install-toolkit2.sh",
