@@ -34,7 +34,8 @@ LOAD_PATH = "sys/kernel/debug/rknpu/load"
 def _serve(root: str, socket_path: str) -> int:
     """Child: serve the plugin's metrics until stdin closes."""
     from rknnlaunch.npu import HostRoot, discover
-    from rknpu_device_plugin._metrics import PluginMetrics, start_metrics_server
+    from rknpu_device_plugin.telemetry._http import start_metrics_server
+    from rknpu_device_plugin.telemetry._sink import PluginMetrics
 
     host = HostRoot(root)
     info = discover(host)

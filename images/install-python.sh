@@ -5,14 +5,15 @@
 # runs it too, into a fresh venv, so CI installs exactly what the images install. It installs into
 # whatever `python` is first on PATH (the image's /opt/rknnlaunch venv, or CI's fresh venv).
 #
-# usage: install-python.sh runtime|plugin SOURCE_DIR
-#   runtime  rknnlaunch with the npu + vision extras (the workload base image)
-#   plugin   rknnlaunch with the plugin extra only (the device plugin DaemonSet image)
+# usage: install-python.sh runtime|plugin|plugin-probe SOURCE_DIR
+#   runtime       rknnlaunch with the npu + vision extras (the workload base image)
+#   plugin        rknnlaunch with the plugin extra only (the device plugin DaemonSet image)
+#   plugin-probe  the plugin extra + npu (rknn-toolkit-lite2) for the plugin's functional probe
 # SOURCE_DIR is the repository checkout (pyproject.toml, rknnlaunch/, plugin/, images/constraints.txt).
 set -eu
 
 if [ "$#" -ne 2 ]; then
-  echo "usage: $0 runtime|plugin SOURCE_DIR" >&2
+  echo "usage: $0 runtime|plugin|plugin-probe SOURCE_DIR" >&2
   exit 2
 fi
 image=$1
@@ -21,8 +22,9 @@ src=$2
 case "$image" in
   runtime) extras=npu,vision ;;
   plugin) extras=plugin ;;
+  plugin-probe) extras=plugin,npu ;;
   *)
-    echo "$0: unknown image '$image' (expected runtime or plugin)" >&2
+    echo "$0: unknown image '$image' (expected runtime, plugin or plugin-probe)" >&2
     exit 2
     ;;
 esac

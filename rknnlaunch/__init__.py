@@ -1,6 +1,8 @@
 """rknnlaunch: run RKNN models on the NPU cores Kubernetes gave this pod, with reasons instead of -1.
 
-Importing this package pulls in neither grpcio nor OpenCV nor onnxruntime; those load on first use.
+Importing this package loads only the exception tree: pydantic (settings), numpy (runtimes, YOLO)
+and grpcio/OpenCV/onnxruntime load on first use, so `rknnlaunch run` (every container's ENTRYPOINT)
+and the device plugin, which imports only `rknnlaunch.npu`, start fast and small.
 """
 
 import importlib
@@ -20,16 +22,24 @@ from ._errors import (
     UnsupportedDriverError,
     UsageError,
 )
-from ._settings import NpuSettings
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from ._pool import Pool
-    from ._runtime import Runtime, open
+    from .runtime._open import Runtime, open
+    from .runtime._pool import Pool
+    from .runtime._rknnlite import RknnLiteFactory, RknnLiteLike
+    from .settings._env import NpuSettings, load_settings
 
-# The runtime (numpy and friends) loads on first use, so the device plugin, which imports only
-# `rknnlaunch.npu` and the errors, stays small (its RSS budget is 60 MB; numpy alone is ~14 MB).
-_LAZY = {"Pool": "._pool", "Runtime": "._runtime", "open": "._runtime"}
+# name -> module that defines it, imported on first attribute access.
+_LAZY = {
+    "NpuSettings": ".settings._env",
+    "load_settings": ".settings._env",
+    "Pool": ".runtime._pool",
+    "Runtime": ".runtime._open",
+    "open": ".runtime._open",
+    "RknnLiteLike": ".runtime._rknnlite",
+    "RknnLiteFactory": ".runtime._rknnlite",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -50,12 +60,15 @@ __all__ = [
     "NpuSettings",
     "Pool",
     "RknnLaunchError",
+    "RknnLiteFactory",
+    "RknnLiteLike",
     "Runtime",
     "RuntimeInitError",
     "SettingsError",
     "UnknownSocError",
     "UnsupportedDriverError",
     "UsageError",
+    "load_settings",
     "open",
     "__version__",
 ]

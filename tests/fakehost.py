@@ -3,7 +3,7 @@
 Each builder writes what the kernel shows on such a board: sysfs class links into
 /sys/devices/platform/<addr>.npu, the `driver` link (the platform driver registers as "RKNPU",
 upper case), the absolute /proc/device-tree symlink, the driver's text files in their real
-formats (shared/rknpu-facts.md, "Driver files"), and device nodes. Device nodes are real char
+formats (docs/hardware.md#driver-files), and device nodes. Device nodes are real char
 devices when os.mknod is permitted (root), regular files otherwise.
 """
 
@@ -99,6 +99,26 @@ def driver_files(
     write(root, f"{folder}/volt", "850000\n")
 
 
+def thermal_zones(root: Path, types: tuple[str, ...], temps_mc: tuple[int, ...]) -> None:
+    """/sys/class/thermal/thermal_zoneN links into /sys/devices/virtual/thermal, with type and temp."""
+    for index, (zone_type, temp) in enumerate(zip(types, temps_mc, strict=True)):
+        name = f"thermal_zone{index}"
+        write(root, f"/sys/devices/virtual/thermal/{name}/type", zone_type + "\n")
+        write(root, f"/sys/devices/virtual/thermal/{name}/temp", f"{temp}\n")
+        link(root, f"/sys/class/thermal/{name}", f"../../devices/virtual/thermal/{name}")
+
+
+RK3588_THERMAL = (
+    "soc-thermal",
+    "bigcore0-thermal",
+    "bigcore1-thermal",
+    "littlecore-thermal",
+    "center-thermal",
+    "gpu-thermal",
+    "npu-thermal",
+)
+
+
 def rk3588_drm(root: Path) -> None:
     """RK3588 with the Mali GPU at card0/renderD128 and the NPU at card1/renderD129."""
     device_tree(root, RK3588_COMPATIBLE)
@@ -111,6 +131,7 @@ def rk3588_drm(root: Path) -> None:
     driver_files(root, "/sys/kernel/debug/rknpu", RK3588_LOAD)
     write(root, "/sys/module/rknpu/version", "0.9.8\n")
     write(root, "/sys/class/devfreq/fdab0000.npu/cur_freq", "1000000000\n")
+    thermal_zones(root, RK3588_THERMAL, (41600, 42500, 42100, 41200, 41400, 40700, 43900))
 
 
 def rk3588_render128(root: Path) -> None:
@@ -143,6 +164,7 @@ def rk3576(root: Path) -> None:
     drm_node(root, "card1", npu, 1)
     drm_node(root, "renderD129", npu, 129)
     driver_files(root, "/sys/kernel/debug/rknpu", RK3576_LOAD, version="RKNPU driver: v0.9.7\n")
+    thermal_zones(root, ("soc-thermal", "bigcore-thermal", "npu-thermal"), (45000, 46000, 47250))
 
 
 def rk3568(root: Path) -> None:
@@ -152,6 +174,7 @@ def rk3568(root: Path) -> None:
     drm_node(root, "renderD129", npu, 129)
     driver_files(root, "/sys/kernel/debug/rknpu", SINGLE_LOAD, version="RKNPU driver: v0.8.2\n")
     write(root, "/sys/module/rknpu/version", "0.8.2\n")
+    thermal_zones(root, ("cpu-thermal", "gpu-thermal"), (38000, 37000))  # no NPU sensor on RK356x
 
 
 def rocket(root: Path) -> None:

@@ -20,7 +20,10 @@ def _import_with_blocked(module: str, blocked: list[str]) -> subprocess.Complete
     ("module", "blocked"),
     [
         ("rknnlaunch", ["grpc", "google.protobuf", "cv2", "onnxruntime", "rich", "matplotlib", "rknnlite"]),
-        ("rknnlaunch.npu", ["grpc", "google.protobuf", "cv2", "onnxruntime"]),
+        # The shared NPU model is standard library only (docs/hardware.md; the plugin's RSS budget).
+        ("rknnlaunch.npu", ["grpc", "google.protobuf", "cv2", "onnxruntime", "pydantic", "numpy"]),
+        # `rknnlaunch run`, every container's ENTRYPOINT, starts without numpy.
+        ("rknnlaunch.cli._run", ["numpy", "cv2", "onnxruntime", "grpc"]),
         ("rknpu_device_plugin", ["cv2", "onnxruntime", "matplotlib", "rknnlite"]),
     ],
 )

@@ -1,4 +1,4 @@
-"""Pins the shared core-mask algebra and SoC table against shared/rknpu-facts.md."""
+"""Pins the shared core-mask algebra and SoC table (docs/hardware.md#socs-and-cores, #core-masks)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@
 #    image, then the image's entrypoint command exists and starts, and the install footprint
 #    promise holds (runtime: OpenCV, no grpcio; plugin: no OpenCV, no onnxruntime).
 #    On x86_64 the npu extra's environment marker skips rknn-toolkit-lite2: expected.
-# 3. The arm64 side of the same pins: pip resolves the runtime and plugin sets from linux/arm64
+# 3. The arm64 side of the same pins: pip resolves the runtime, plugin and plugin-probe sets from linux/arm64
 #    cp311 wheels only (pip evaluates extras' markers on THIS machine, so rknn-toolkit-lite2 is
 #    named explicitly there, constrained to the same pin).
 set -euo pipefail
@@ -87,9 +87,9 @@ echo "== resolve the images' pins for linux/arm64 (cp311 wheels only)"
   || { cat "$work/wheel.log" >&2; fail "cannot build the rknnlaunch wheel"; }
 wheel=$(ls "$work"/wheel/rknnlaunch-*.whl)
 lite_pin=$(grep -E '^rknn-toolkit-lite2==' images/constraints.txt) || fail "images/constraints.txt pins no rknn-toolkit-lite2"
-for set in "npu,vision" "plugin"; do
+for set in "npu,vision" "plugin" "plugin,npu"; do
   extra_req=()
-  [ "$set" = "npu,vision" ] && extra_req=("$lite_pin")
+  [ "$set" != "plugin" ] && extra_req=("$lite_pin")
   "$rt/python" -m pip install -q --dry-run --ignore-installed --disable-pip-version-check \
     --only-binary=:all: --implementation cp --python-version 3.11 \
     --platform manylinux2014_aarch64 --platform manylinux_2_28_aarch64 \
@@ -102,7 +102,9 @@ import json, sys
 report, extras = json.load(open(sys.argv[1])), sys.argv[2]
 got = {i["metadata"]["name"].lower().replace("_", "-"): i["metadata"]["version"] for i in report["install"]}
 need = {"npu,vision": ["rknn-toolkit-lite2", "opencv-python-headless", "numpy"],
-        "plugin": ["grpcio", "protobuf", "prometheus-client"]}[extras]
+        "plugin": ["grpcio", "protobuf", "prometheus-client"],
+        # images/plugin-probe: the plugin's stack and rknn-toolkit-lite2 in one venv
+        "plugin,npu": ["grpcio", "protobuf", "rknn-toolkit-lite2", "numpy"]}[extras]
 missing = [n for n in need if n not in got]
 if missing:
     sys.exit(f"arm64 resolve of [{extras}] lacks {missing}")

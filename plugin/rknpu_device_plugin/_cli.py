@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 from rknnlaunch import RknnLaunchError, UsageError, __version__
 from rknnlaunch.npu import HostRoot, soc_by_name
 
-from ._devices import cdi_spec
-from ._events import NullEvents, PluginEvents
+from ._events import NullEvents, PluginEvents, TeeEvents
 from ._files import write_atomic
 from ._log import get_logger, setup_logging
 from ._settings import PluginSettings, build_parser, settings_from
+from .devices._policy import cdi_spec
 
 if TYPE_CHECKING:
-    from ._resources import ResourceManager
+    from .devices._manager import ResourceManager
 
 SHUTDOWN_JOIN_SECONDS = 1.5
 _log = get_logger()
@@ -59,15 +59,23 @@ def run(settings: PluginSettings) -> int:
     # would break --log-format json; keep its errors. Must be set before grpc is imported.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     # gRPC is imported here, not at module level, so `--help` and bad settings answer fast.
-    from ._lifecycle import Endpoint, Supervisor
-    from ._resources import ResourceManager
-    from ._service import DevicePluginService
+    from .devices._manager import ResourceManager
+    from .kubelet._lifecycle import Endpoint, Supervisor
+    from .kubelet._service import DevicePluginService
 
     host = HostRoot(settings.host_root)
     stop = threading.Event()
     stoppers: list[Callable[[], None]] = []
     metrics_module = _metrics_module() if settings.metrics_address else None
-    events: PluginEvents = metrics_module.PluginMetrics() if metrics_module is not None else NullEvents()
+    metrics: PluginEvents = metrics_module.PluginMetrics() if metrics_module is not None else NullEvents()
+    events: PluginEvents = metrics
+    closers: list[Callable[[], None]] = []
+    if settings.nfd_dir is not None:
+        from .telemetry._plugin_labels import PluginLabels
+
+        labels = PluginLabels(settings.nfd_dir, settings.mode)
+        events = TeeEvents(metrics, labels)
+        stoppers.append(labels.close)
 
     resources = ResourceManager(
         host,
@@ -77,6 +85,8 @@ def run(settings: PluginSettings) -> int:
         soc_hint=soc_by_name(settings.soc) if settings.soc else None,
         health_interval=settings.health_interval,
         use_inotify=settings.inotify,
+        extra_devices=settings.extra_device,
+        host_librknnrt=settings.host_librknnrt,
     )
     _log.info(
         "starting",
@@ -99,7 +109,7 @@ def run(settings: PluginSettings) -> int:
         # Pod attribution matches a "{soc}" resource name template itself (any SoC's name).
         stop_metrics: Callable[[], None] = metrics_module.start_metrics_server(
             settings.metrics_address,
-            events,
+            metrics,
             host,
             lambda: resources.info,
             settings.pod_resources_socket,
@@ -141,6 +151,27 @@ def run(settings: PluginSettings) -> int:
         threading.Thread(target=resources.run, args=(stop,), name="health", daemon=True),
         threading.Thread(target=supervisor.run, args=(stop,), name="supervisor", daemon=True),
     ]
+    if settings.probe_model is not None:
+        from .devices._probe import ProbeLoop, ProbeRunner, held_cores_asker
+
+        probe = ProbeLoop(
+            resources,
+            events,
+            ProbeRunner(settings.probe_timeout, settings.host_root),
+            settings.resolved_probe_model,
+            held_cores_asker(settings.pod_resources_socket, settings.resource_name),
+            settings.probe_interval,
+        )
+        probe.begin()  # before serving: no core is offered until its first verdict
+        wake_supervisor = resources.on_ready
+
+        def on_ready() -> None:  # an NPU found late: hold its cores back before they are served
+            probe.begin()
+            wake_supervisor()
+
+        resources.on_ready = on_ready
+        threads.append(threading.Thread(target=probe.run, args=(stop,), name="probe", daemon=True))
+        closers.append(probe.close)
     for thread in threads:
         thread.start()
     try:
@@ -148,6 +179,8 @@ def run(settings: PluginSettings) -> int:
     finally:
         _log.info("stopping")
         resources.close()
+        for close in closers:  # before the joins: a probe child in flight is killed, not awaited
+            close()
         supervisor.wake()
         # One budget for all threads, not one each: SIGTERM must end the process within 2 s.
         deadline = time.monotonic() + SHUTDOWN_JOIN_SECONDS
@@ -164,7 +197,7 @@ def run(settings: PluginSettings) -> int:
 def _metrics_module() -> Any:
     """The telemetry helper's metrics module, imported lazily (prometheus-client is optional)."""
     try:
-        return importlib.import_module("rknpu_device_plugin._metrics")
+        return importlib.import_module("rknpu_device_plugin.telemetry._http")
     except ImportError as exc:
         raise UsageError(
             f"--metrics-address is set but metrics are unavailable: {exc}",
@@ -179,7 +212,7 @@ def _write_cdi_spec(settings: PluginSettings, resources: ResourceManager) -> boo
         return False
     path = Path(settings.cdi_dir) / "rockchip.com-npu.json"
     try:
-        write_atomic(path, json.dumps(cdi_spec(info, compatible), indent=2))
+        write_atomic(path, json.dumps(cdi_spec(info, compatible, resources.extras), indent=2))
     except OSError as exc:
         _log.error(
             "cannot write the CDI spec; Allocate returns device nodes only",

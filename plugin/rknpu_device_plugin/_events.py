@@ -24,6 +24,9 @@ class PluginEvents(Protocol):
     def health_changed(self, health: Mapping[str, bool]) -> None:
         """The full device-id -> healthy map, once at start and after every change."""
 
+    def probed(self, core: int, ok: bool, seconds: float) -> None:
+        """One core's functional probe ended: passed or not, and how long it took."""
+
 
 class NullEvents:
     """Discards every event (the default when metrics are off)."""
@@ -42,3 +45,37 @@ class NullEvents:
 
     def health_changed(self, health: Mapping[str, bool]) -> None:
         pass
+
+    def probed(self, core: int, ok: bool, seconds: float) -> None:
+        pass
+
+
+class TeeEvents:
+    """Hands every event to each of several sinks (metrics and the NFD labels, say)."""
+
+    def __init__(self, *sinks: PluginEvents) -> None:
+        self.sinks = sinks
+
+    def registered(self) -> None:
+        for sink in self.sinks:
+            sink.registered()
+
+    def restarted(self) -> None:
+        for sink in self.sinks:
+            sink.restarted()
+
+    def allocated(self, device_ids: Sequence[str], mask: int) -> None:
+        for sink in self.sinks:
+            sink.allocated(device_ids, mask)
+
+    def allocation_failed(self, reason: str) -> None:
+        for sink in self.sinks:
+            sink.allocation_failed(reason)
+
+    def health_changed(self, health: Mapping[str, bool]) -> None:
+        for sink in self.sinks:
+            sink.health_changed(health)
+
+    def probed(self, core: int, ok: bool, seconds: float) -> None:
+        for sink in self.sinks:
+            sink.probed(core, ok, seconds)

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, NoReturn, TypeVar, get_args
 
 from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from rknnlaunch import UsageError
 from rknnlaunch.npu import SOCS, soc_by_name
 
-from ._devices import DEFAULT_RESOURCE_NAME
-from ._podresources import DEFAULT_POD_RESOURCES_SOCKET
+from .devices._policy import DEFAULT_RESOURCE_NAME
+from .telemetry._podresources import DEFAULT_POD_RESOURCES_SOCKET
 
 ENV_PREFIX = "RKNPU_PLUGIN_"
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
@@ -48,8 +48,10 @@ class PluginSettings(BaseSettings):
         None,
         description="our socket's file name in the device plugin folder (default: from the resource name)",
     )
-    mode: Literal["core", "shared"] = Field(
-        "core", description="core: one device per NPU core; shared: each core offered --replicas times"
+    mode: Literal["core", "shared", "whole"] = Field(
+        "core",
+        description="core: one device per NPU core; shared: each core offered --replicas times; "
+        "whole: one device for the whole NPU (all cores, never shared)",
     )
     replicas: int = Field(1, ge=1, le=64, description="shared mode: how many pods may share one core")
     soc: str | None = Field(
@@ -75,7 +77,32 @@ class PluginSettings(BaseSettings):
     )
     pod_resources_socket: str = Field(
         DEFAULT_POD_RESOURCES_SOCKET,
-        description="kubelet pod-resources socket (metrics: which pod holds which core)",
+        description="kubelet pod-resources socket (metrics and the probe: which pod holds which core)",
+    )
+    extra_device: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="comma-separated host device nodes to hand in too when present, e.g. "
+        "/dev/rga,/dev/mpp_service (RGA 2D resize/colour conversion, MPP hardware video decode)",
+    )
+    host_librknnrt: str | None = Field(
+        None,
+        description="the node's librknnrt.so (host path), mounted read-only at /usr/lib/librknnrt.so "
+        "in allocated containers so the runtime matches the node's driver",
+    )
+    probe_model: str | None = Field(
+        None,
+        description='functional probe model (".rknn"; "{soc}" becomes the SoC name); when set and '
+        "librknnrt + rknn-toolkit-lite2 are present, one inference per free core at start and every "
+        "--probe-interval, in a child process (default off)",
+    )
+    probe_interval: float = Field(300.0, gt=0, le=86400, description="seconds between probe rounds")
+    probe_timeout: float = Field(
+        20.0, gt=0, le=600, description="seconds one core's probe may take before the core counts as hung"
+    )
+    nfd_dir: Path | None = Field(
+        None,
+        description="write the NFD feature file 'rknpu-plugin' here: mode, healthy devices and probe "
+        "results as node labels (NFD reads /etc/kubernetes/node-feature-discovery/features.d)",
     )
 
     @field_validator("resource_name")
@@ -90,6 +117,37 @@ class PluginSettings(BaseSettings):
     def _check_soc(cls, value: str | None) -> str | None:
         return check_soc_name(value)
 
+    @field_validator("extra_device", mode="before")
+    @classmethod
+    def _split_extra_devices(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("extra_device")
+    @classmethod
+    def _check_extra_devices(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for path in value:
+            if not path.startswith("/dev/") or "/../" in path + "/" or path.endswith("/"):
+                raise ValueError(f"{path!r} is not a device node path under /dev (e.g. /dev/rga)")
+        return tuple(dict.fromkeys(value))
+
+    @field_validator("host_librknnrt")
+    @classmethod
+    def _check_host_librknnrt(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or "/../" in value + "/" or value.endswith("/")):
+            raise ValueError(
+                f"{value!r} must be the absolute host path of a file, e.g. /usr/lib/librknnrt.so"
+            )
+        return value
+
+    @field_validator("probe_model")
+    @classmethod
+    def _check_probe_model(cls, value: str | None) -> str | None:
+        if value is not None and not value.replace("{soc}", "soc").endswith(".rknn"):
+            raise ValueError(f"{value!r} must name an .rknn model, e.g. /opt/rknpu-probe/probe-{{soc}}.rknn")
+        return value or None
+
     @field_validator("socket_name")
     @classmethod
     def _check_socket_name(cls, value: str | None) -> str | None:
@@ -102,6 +160,9 @@ class PluginSettings(BaseSettings):
         if self.mode == "core" and self.replicas != 1:
             raise ValueError("replicas only apply to --mode shared")
         return self
+
+    def resolved_probe_model(self, soc_name: str) -> Path | None:
+        return Path(self.probe_model.replace("{soc}", soc_name)) if self.probe_model else None
 
     def resolved_resource_name(self, soc_name: str) -> str:
         return self.resource_name.replace("{soc}", soc_name)
@@ -119,9 +180,14 @@ def check_soc_name(value: str | None) -> str | None:
     return value
 
 
-_FLAG_TYPES: dict[str, Any] = {"replicas": int, "health_interval": float}
+_FLAG_TYPES: dict[str, Any] = {
+    "replicas": int,
+    "health_interval": float,
+    "probe_interval": float,
+    "probe_timeout": float,
+}
 _FLAG_CHOICES: dict[str, list[str]] = {
-    "mode": ["core", "shared"],
+    "mode": ["core", "shared", "whole"],
     "log_format": ["text", "json"],
     "log_level": LOG_LEVELS,
 }

@@ -17,8 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import ModelError, UsageError
-from .._files import require_file
 from ..model._facts import ModelFacts, encode_custom_string
+from ..model._files import require_file
 from ..validate._images import decode_all, image_files
 from ._plan import (
     GraphNode,
@@ -157,8 +157,8 @@ def read_onnx(path: Path) -> OnnxFacts:
 
 
 def _class_names(metadata: dict[str, str], output_shapes: Sequence[tuple[int, ...]]) -> list[str]:
+    from ..model._metadata import class_names
     from ..yolo import COCO_NAMES, class_count
-    from ..yolo._model import class_names
 
     names = class_names({"metadata": metadata})
     if names:

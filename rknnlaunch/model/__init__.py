@@ -1,4 +1,5 @@
-"""Model files: what a model says about itself, and the facts rknnlaunch embeds in a converted .rknn."""
+"""Model files: .rknn header and metadata, ONNX metadata, the default model, the input-file rule, and
+the facts rknnlaunch embeds in a converted .rknn."""
 
 from ._facts import FACTS_KEY, FACTS_SCHEMA, ModelFacts, decode_custom_string, encode_custom_string
 

@@ -1,7 +1,7 @@
 """The model facts `rknnlaunch convert` embeds in an .rknn's custom string, and their typed reading.
 
 rknn-toolkit2 stores ``rknn.config(custom_string=...)`` verbatim in the .rknn file (the runtime
-returns it for ``RKNN_QUERY_CUSTOM_STRING``; `rknnlaunch._rknnfile` reads it without a runtime). We
+returns it for ``RKNN_QUERY_CUSTOM_STRING``; `rknnlaunch.model._rknnfile` reads it without a runtime). We
 write one JSON object ``{"rknnlaunch": {...}}`` there, so `model inspect`, `detect`, `bench` and the
 decoder know the task, classes, input size, letterbox pad and output layout without flags. A custom
 string written by another tool is not ours and is ignored; ours, if malformed, is a `ModelError`.

@@ -404,3 +404,40 @@ def read_frequency(host: HostRoot, info: NpuInfo) -> int:
     if info.frequency_path is None:
         raise FileNotFoundError("no NPU frequency file found (debugfs freq or devfreq cur_freq)")
     return parse_frequency(host.read_text(info.frequency_path))
+
+
+# --- NPU temperature (thermal zones) -----------------------------------------------------------
+
+THERMAL_DIR = "/sys/class/thermal"
+# Kernel thermal zones say what they measure in `type`: RK3588/RK3576 device trees name the NPU's
+# sensor "npu-thermal"; RK356x has none (its NPU shares the SoC's sensor), so none is reported.
+_NPU_ZONE_TYPE = re.compile(r"\bnpu\b", re.IGNORECASE)
+
+
+def find_npu_thermal_zone(host: HostRoot) -> str | None:
+    """Host path of the thermal zone whose ``type`` names the NPU (e.g. ``npu-thermal``), or None."""
+    try:
+        names = [path.name for path in host.local(THERMAL_DIR).iterdir()]
+    except OSError:
+        return None
+    numbered = [name for name in names if name.removeprefix("thermal_zone").isdigit()]
+    zones = sorted(numbered, key=lambda name: int(name.removeprefix("thermal_zone")))
+    for name in zones:
+        zone = f"{THERMAL_DIR}/{name}"
+        try:
+            zone_type = host.read_text(f"{zone}/type").strip()
+        except OSError:
+            continue
+        if _NPU_ZONE_TYPE.search(zone_type.replace("_", "-")):
+            return zone
+    return None
+
+
+def parse_temperature(text: str) -> float:
+    """A thermal zone's ``temp`` (millidegrees Celsius, ``41600``) -> degrees (41.6)."""
+    return int(text.strip().split()[0]) / 1000.0
+
+
+def read_temperature(host: HostRoot, zone: str) -> float:
+    """The zone's temperature now in degrees Celsius. Raises OSError / ValueError."""
+    return parse_temperature(host.read_text(f"{zone}/temp"))

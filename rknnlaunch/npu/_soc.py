@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class SocSpec:
-    """What we know about one SoC's NPU (see shared/rknpu-facts.md, "SoCs and cores")."""
+    """What we know about one SoC's NPU (see docs/hardware.md#socs-and-cores)."""
 
     name: str
     """Canonical lower-case name, as rknn-toolkit-lite2 and `RKNN_NPU_SOC` spell it: ``rk3588``."""
@@ -32,7 +32,7 @@ class SocSpec:
         return frozenset(range(self.npu_cores))
 
 
-# rknn-toolkit-lite2's mask handling, per shared/rknpu-facts.md ("Core masks"):
+# rknn-toolkit-lite2's mask handling (docs/hardware.md#core-masks):
 # RK3588 passes 1,2,4,3,7 and maps ALL (0xffff) to 7; 5 and 6 fail. RK3576 passes 1,2,3 and
 # remaps 4->1 and 7->3 with a warning. Single-core NPUs accept only AUTO (0).
 _RK3588_MASKS = ((0, 0), (1, 1), (2, 2), (4, 4), (3, 3), (7, 7), (0xFFFF, 7))

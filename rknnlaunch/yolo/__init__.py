@@ -1,44 +1,79 @@
-"""YOLOv8 pre- and post-processing for RKNN and ONNX models: letterbox, decode, NMS, drawing.
+"""YOLO pre- and post-processing for RKNN and ONNX models: letterbox, decode, NMS, drawing.
+
+Every YOLO family layout people deploy on Rockchip NPUs (docs/yolo.md): YOLOv8/YOLO11 detection
+(rknn_model_zoo 9/6 outputs, Ultralytics single output), YOLOv5 (zoo anchors) and YOLOv5u,
+YOLOv10 (zoo) and end-to-end ``[1, N, 6]`` heads (YOLOv10/YOLO26), segmentation, pose and OBB.
+
+The one factory::
+
+    decoder = make_decoder(output_shapes, metadata=None, *, layout=None, task=None,
+                           conf=0.25, iou=0.45, max_detections=300, quant=None,
+                           anchors=None, masks="proto")
+    result = decoder(outputs, letterbox_info)  # -> Detections (boxes, scores, class_ids,
+                                               #    + masks / keypoints / angles by task)
+
+``output_shapes`` are the model's output shapes, ``metadata`` its metadata mapping (optional
+keys ``task``, ``names``, ``imgsz``, ``stride``, ``layout``, ``kpt_shape``, ``anchors``,
+``end2end``). Malformed outputs raise `ModelError` (exit 1) naming the tensor, its shape and what
+was expected; ``decoder.note`` says when other layouts fit the same shapes. `YoloDecoder` and
+`postprocess` are thin wrappers that detect the layout on each call.
 
 Pure numpy; OpenCV (the `vision` extra) is imported only when an image is resized or drawn.
 """
 
 from ._decode import (
     LAYOUTS,
+    Decoder,
     Layout,
     Quant,
     YoloDecoder,
     class_count,
     detect_layout,
     dfl_distances,
+    make_decoder,
     postprocess,
 )
-from ._draw import COCO_NAMES, class_name, draw_detections
+from ._draw import COCO_NAMES, COCO_SKELETON, class_name, draw_detections, image_masks
 from ._image import read_image
+from ._layouts import TASKS, YOLOV5_ANCHORS, Task, class_names, parse_anchors
 from ._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS, Letterboxer, geometry, letterbox
 from ._nms import iou_matrix, nms
-from ._types import Detections, LetterboxInfo
+from ._rotated import nms_rotated, rotated_iou_pairs
+from ._types import Detections, LetterboxInfo, mask_rle, rle_decode
 
 __all__ = [
     "COCO_NAMES",
+    "COCO_SKELETON",
     "LAYOUTS",
     "PAD_RKNN_MODEL_ZOO",
     "PAD_ULTRALYTICS",
+    "TASKS",
+    "YOLOV5_ANCHORS",
+    "Decoder",
     "Detections",
     "Layout",
     "LetterboxInfo",
     "Letterboxer",
     "Quant",
+    "Task",
     "YoloDecoder",
     "class_count",
     "class_name",
+    "class_names",
     "detect_layout",
     "dfl_distances",
     "draw_detections",
     "geometry",
+    "image_masks",
     "iou_matrix",
     "letterbox",
+    "make_decoder",
+    "mask_rle",
     "nms",
+    "nms_rotated",
+    "parse_anchors",
     "postprocess",
     "read_image",
+    "rle_decode",
+    "rotated_iou_pairs",
 ]

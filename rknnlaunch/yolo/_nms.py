@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 
@@ -54,6 +56,14 @@ def _same_class_pairs(
     return by_class[first[upper]], by_class[second[upper]]
 
 
+_SEQUENTIAL_LIMIT = 20_000
+"""Up to this many overlapping pairs, the greedy answer is read off in one Python pass over them;
+above, "kept = not suppressed by a kept higher box" is iterated to its fixed point in numpy."""
+
+PairIou = Callable[[npt.NDArray[np.float32], npt.NDArray[np.float32]], npt.NDArray[np.float32]]
+"""IoU of a[k] with b[k] for each k (axis-aligned xyxy here; rotated boxes in `_rotated`)."""
+
+
 def nms(
     boxes: npt.NDArray[np.float32],
     scores: npt.NDArray[np.float32],
@@ -67,7 +77,25 @@ def nms(
     above ``iou_threshold``. Equal scores keep their input order (stable sort). The result is
     exactly greedy NMS's, computed without a Python loop per box: IoU only for same-class pairs,
     then "kept = not suppressed by any kept higher-scored box" iterated to its fixed point (the
-    greedy answer is the unique one; it takes as many rounds as the longest suppression chain).
+    greedy answer is the unique one; it takes as many rounds as the longest suppression chain), or
+    for the usual few hundred overlapping pairs, one pass over them in order.
+    """
+    return nms_with(boxes, scores, class_ids, iou_threshold, max_detections, _pair_iou, iou_matrix)
+
+
+def nms_with(
+    boxes: npt.NDArray[np.float32],
+    scores: npt.NDArray[np.float32],
+    class_ids: npt.NDArray[np.int64],
+    iou_threshold: float,
+    max_detections: int,
+    pair_iou: PairIou,
+    matrix_iou: Callable[[npt.NDArray[np.float32]], npt.NDArray[np.float32]] | None = None,
+) -> npt.NDArray[np.intp]:
+    """`nms` with any pairwise IoU (``boxes`` rows are whatever ``pair_iou`` reads).
+
+    ``matrix_iou`` (all pairs at once), when given, is used when most pairs are same-class pairs
+    anyway (few classes): a dense N x N IoU is cheaper than gathering the pairs.
     """
     count = int(scores.shape[0])
     if count == 0 or max_detections <= 0:
@@ -75,19 +103,41 @@ def nms(
     order = np.argsort(-scores, kind="stable")
     sorted_boxes = boxes[order]
     sorted_classes = class_ids[order]
-    pairs = _same_class_pairs(sorted_classes)
-    if pairs is None:
-        return np.asarray(order[_greedy_rows(sorted_boxes, sorted_classes, iou_threshold, max_detections)])
-    higher, lower = pairs
-    overlap = _pair_iou(sorted_boxes[higher], sorted_boxes[lower]) > iou_threshold
-    higher, lower = higher[overlap], lower[overlap]
-    keep = np.ones(count, bool)
-    while True:
-        suppressed = np.zeros(count, bool)
-        suppressed[lower[keep[higher]]] = True
-        if np.array_equal(suppressed, ~keep):
-            break
-        keep = ~suppressed
+    if matrix_iou is not None and count * count <= _PAIR_LIMIT and sorted_classes.min() >= 0:
+        per_class = np.bincount(sorted_classes)
+        dense = int((per_class.astype(np.int64) ** 2).sum()) * 3 > count * count
+    else:
+        dense = False
+    if dense:
+        assert matrix_iou is not None
+        overlapping = matrix_iou(sorted_boxes) > iou_threshold
+        overlapping &= sorted_classes[:, None] == sorted_classes[None, :]
+        higher, lower = np.nonzero(np.triu(overlapping, 1))
+    else:
+        pairs = _same_class_pairs(sorted_classes)
+        if pairs is None:
+            kept = _greedy_rows(sorted_boxes, sorted_classes, iou_threshold, max_detections, pair_iou)
+            return np.asarray(order[kept])
+        higher, lower = pairs
+        overlap = pair_iou(sorted_boxes[higher], sorted_boxes[lower]) > iou_threshold
+        higher, lower = higher[overlap], lower[overlap]
+    if higher.size <= _SEQUENTIAL_LIMIT:
+        # Greedy in one pass over the overlapping pairs, by the lower-scored box: when a pair is
+        # reached, its higher-scored box's fate is already final (all pairs below it came first).
+        by_lower = np.argsort(lower, kind="stable")
+        keep_list = [True] * count
+        for high, low in zip(higher[by_lower].tolist(), lower[by_lower].tolist(), strict=True):
+            if keep_list[high] and keep_list[low]:
+                keep_list[low] = False
+        keep = np.array(keep_list, bool)
+    else:
+        keep = np.ones(count, bool)
+        while True:
+            suppressed = np.zeros(count, bool)
+            suppressed[lower[keep[higher]]] = True
+            if np.array_equal(suppressed, ~keep):
+                break
+            keep = ~suppressed
     return np.asarray(order[np.flatnonzero(keep)[:max_detections]], np.intp)
 
 
@@ -101,7 +151,11 @@ def _pair_iou(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> npt.NDA
 
 
 def _greedy_rows(
-    boxes: npt.NDArray[np.float32], classes: npt.NDArray[np.int64], iou_threshold: float, limit: int
+    boxes: npt.NDArray[np.float32],
+    classes: npt.NDArray[np.int64],
+    iou_threshold: float,
+    limit: int,
+    pair_iou: PairIou,
 ) -> npt.NDArray[np.intp]:
     """Plain greedy NMS over score-sorted boxes, one IoU row per kept box (for huge inputs)."""
     keep: list[int] = []
@@ -113,6 +167,7 @@ def _greedy_rows(
         same = classes[rest] == classes[best]
         over = np.zeros(rest.shape, bool)
         if same.any():
-            over[same] = iou_row(boxes[best], boxes[rest[same]]) > iou_threshold
+            others = boxes[rest[same]]
+            over[same] = pair_iou(np.repeat(boxes[best][None], len(others), axis=0), others) > iou_threshold
         remaining = rest[~over]
     return np.asarray(keep, np.intp)

@@ -16,14 +16,15 @@ import pytest
 from bench_fakes import FakeRknnLite, write_rknn
 
 from fakehost import write
-from rknnlaunch import UsageError, _cmd_bench
-from rknnlaunch._cli import build_parser, main
-from rknnlaunch._settings import load_settings
+from rknnlaunch import UsageError
+from rknnlaunch.cli import _bench as _cmd_bench
+from rknnlaunch.cli._main import build_parser, main
 from rknnlaunch.npu import HostRoot
+from rknnlaunch.settings._env import load_settings
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    return build_parser().parse_args(["bench", *argv])
+    return build_parser("bench").parse_args(["bench", *argv])
 
 
 @pytest.fixture
@@ -86,7 +87,7 @@ def test_npu_bench_discovers_and_checks_once_for_all_cases(
     rk3588: tuple[HostRoot, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every case opens from the one plan: no re-discovery or model re-read per core set."""
-    from rknnlaunch import _runtime
+    from rknnlaunch.runtime import _open as _runtime
 
     calls = {"find_npu": 0, "read_rknn": 0}
 
@@ -146,7 +147,7 @@ def test_cpu_bench_with_the_default_model_end_to_end(
     pytest.importorskip("onnxruntime")
     pytest.importorskip("cv2")
     try:
-        from rknnlaunch.yolo._model import default_model
+        from rknnlaunch.model._metadata import default_model
 
         default_model()
     except UsageError:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from bench_fakes import FakeRuntime
 
-from rknnlaunch import _bench
+from rknnlaunch.bench import _engine as _bench
 from rknnlaunch.yolo import Letterboxer, YoloDecoder
 
 IMAGE = np.zeros((720, 1280, 3), np.uint8)

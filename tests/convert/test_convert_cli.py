@@ -13,9 +13,9 @@ import pytest
 from toolkit_fake import FakeToolkit
 
 from rknnlaunch import UsageError
-from rknnlaunch._cli import main
-from rknnlaunch._rknnfile import read_rknn
+from rknnlaunch.cli._main import main
 from rknnlaunch.convert import _convert
+from rknnlaunch.model._rknnfile import read_rknn
 
 cv2 = pytest.importorskip("cv2")
 pytest.importorskip("onnxruntime")
@@ -23,7 +23,7 @@ pytest.importorskip("onnxruntime")
 
 @pytest.fixture
 def onnx(tmp_path: Path) -> Path:
-    from rknnlaunch.yolo._model import default_model
+    from rknnlaunch.model._metadata import default_model
 
     try:
         source = default_model()

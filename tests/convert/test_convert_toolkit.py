@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from rknnlaunch._cli import main
-from rknnlaunch._rknnfile import read_rknn
+from rknnlaunch.cli._main import main
+from rknnlaunch.model._rknnfile import read_rknn
 
 pytestmark = [
     pytest.mark.slow,
@@ -45,7 +45,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     skimage_data = pytest.importorskip("skimage.data", reason="pip install scikit-image (calibration photos)")
     import matplotlib
 
-    from rknnlaunch.yolo._model import default_model
+    from rknnlaunch.model._metadata import default_model
 
     root = tmp_path_factory.mktemp("toolkit")
     shutil.copy(default_model(), root / "yolov8s.onnx")

@@ -9,12 +9,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rknnlaunch.npu import DeviceNode, HostRoot, NpuInfo, soc_by_name
-from rknpu_device_plugin._devices import (
+from rknpu_device_plugin.devices._policy import (
     AllocationError,
+    NodeExtras,
     cdi_spec,
     check_request,
     container_plan,
     core_of,
+    cores_of,
+    device_health,
     device_ids,
     preferred_allocation,
 )
@@ -165,7 +168,7 @@ def test_cdi_spec_lists_the_npu_nodes_and_the_compatible_mount() -> None:
 
 def test_node_discovery_fixes_speak_to_the_operator(host_factory: Callable[[str], HostRoot]) -> None:
     from rknnlaunch import NpuNotFoundError, UnknownSocError
-    from rknpu_device_plugin._node import discover_on_node
+    from rknpu_device_plugin.devices._discovery import discover_on_node
 
     host = host_factory("no-npu")
     with pytest.raises(NpuNotFoundError, match="--host-root"):
@@ -175,3 +178,57 @@ def test_node_discovery_fixes_speak_to_the_operator(host_factory: Callable[[str]
     (host.root / "sys/firmware/devicetree/base/compatible").unlink()
     with pytest.raises(UnknownSocError, match=r"--soc \(env RKNPU_EXPORTER_SOC\)"):
         discover_on_node(host, None, "RKNPU_EXPORTER_")
+
+
+# --- whole mode, extra devices, the host's librknnrt -----------------------------------------------
+
+
+def test_whole_mode_is_one_device_standing_for_every_core() -> None:
+    assert device_ids(3, "whole") == ("npu-cores-0-1-2",)
+    assert device_ids(1, "whole") == ("npu-cores-0",)
+    assert cores_of(["npu-cores-0-1-2"]) == {0, 1, 2}
+    assert cores_of(["npu-cores-01", "npu-cores-", "npu-cores-0-x"]) == frozenset()  # not ours
+    assert preferred_allocation(RK3588, 3, ["npu-cores-0-1-2"], [], 1, "whole") == ["npu-cores-0-1-2"]
+    assert preferred_allocation(RK3588, 2, ["npu-cores-0-1-2"], [], 1, "whole") == []  # not this NPU's
+    plan = container_plan(_info("rk3588", DRM_NODES, 3), ["npu-cores-0-1-2"], None)
+    assert plan.mask == 7 and plan.envs["RKNN_NPU_CORES"] == "0,1,2"
+
+
+def test_device_health_combines_nodes_and_probe() -> None:
+    assert device_health(ids(0, 1, 2), True, {1}) == {
+        "npu-core-0": True,
+        "npu-core-1": False,
+        "npu-core-2": True,
+    }
+    assert device_health(ids(0, 1), False, ()) == {"npu-core-0": False, "npu-core-1": False}
+    assert device_health(["npu-cores-0-1-2"], True, {2}) == {"npu-cores-0-1-2": False}
+    assert device_health(["npu-core-1-0", "npu-core-2-0"], True, {1}) == {
+        "npu-core-1-0": False,
+        "npu-core-2-0": True,
+    }
+
+
+def test_container_plan_hands_in_extras_and_the_host_librknnrt() -> None:
+    extras = NodeExtras(devices=("/dev/rga", "/dev/mpp_service"), librknnrt="/opt/rk/librknnrt.so")
+    plan = container_plan(_info("rk3588", DRM_NODES, 3), ids(0), None, extras=extras)
+    assert [d.host_path for d in plan.devices] == [
+        "/dev/dri/card1",
+        "/dev/dri/renderD129",
+        "/dev/rga",
+        "/dev/mpp_service",
+    ]
+    assert [(m.container_path, m.host_path, m.read_only) for m in plan.mounts] == [
+        ("/usr/lib/librknnrt.so", "/opt/rk/librknnrt.so", True)
+    ]
+    assert plan.envs["RKNN_NPU_LIBRKNNRT_SOURCE"] == "host:/opt/rk/librknnrt.so"
+    spec = cdi_spec(_info("rk3588", DRM_NODES, 3), None, extras)
+    edits = spec["devices"][0]["containerEdits"]  # type: ignore[index]
+    assert [n["path"] for n in edits["deviceNodes"]][-2:] == ["/dev/rga", "/dev/mpp_service"]
+    assert edits["mounts"] == [
+        {
+            "hostPath": "/opt/rk/librknnrt.so",
+            "containerPath": "/usr/lib/librknnrt.so",
+            "options": ["ro", "nosuid", "nodev", "bind"],
+        }
+    ]
+    assert "RKNN_NPU_LIBRKNNRT_SOURCE=host:/opt/rk/librknnrt.so" in edits["env"]

@@ -9,7 +9,7 @@ import pytest
 
 from rknnlaunch.npu import HostRoot
 from rknpu_device_plugin._events import NullEvents
-from rknpu_device_plugin._resources import ResourceManager
+from rknpu_device_plugin.devices._manager import ResourceManager
 
 
 def test_unknown_soc_error_names_the_plugins_soc_flag(

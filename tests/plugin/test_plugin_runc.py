@@ -1,9 +1,9 @@
 """The Allocate answer run through a real OCI runtime (Debian's runc, default `runc spec`).
 
-Pins the README's finding: a Mount of the device-tree compatible file into /proc or /sys makes the
-container fail to start, while our /run/rknpu/compatible mount, the env and exactly the NPU's
-device nodes reach the container. Needs root and runc (`apt-get install runc busybox-static`);
-marked slow, so it runs with `pytest -m slow`.
+Pins docs/hardware.md#the-device-tree-compatible-file: a Mount of the device-tree compatible file
+into /proc or /sys makes the container fail to start, while our /run/rknpu/compatible mount, the
+env and exactly the NPU's device nodes reach the container. Needs root and runc (`apt-get install
+runc busybox-static`); marked slow, so it runs with `pytest -m slow`.
 """
 
 from __future__ import annotations

@@ -29,6 +29,16 @@ def test_env_then_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.fail_on_init_error is False and settings.log_level == "debug"
 
 
+def test_operator_modes_from_flags_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RKNPU_PLUGIN_EXTRA_DEVICE", "/dev/rga, /dev/mpp_service,/dev/rga")
+    monkeypatch.setenv("RKNPU_PLUGIN_PROBE_MODEL", "/opt/rknpu-probe/probe-{soc}.rknn")
+    settings = parse_settings(["--mode", "whole", "--host-librknnrt", "/usr/lib/librknnrt.so"])
+    assert settings.mode == "whole" and settings.extra_device == ("/dev/rga", "/dev/mpp_service")
+    assert settings.host_librknnrt == "/usr/lib/librknnrt.so"
+    assert settings.resolved_probe_model("rk3576") == Path("/opt/rknpu-probe/probe-rk3576.rknn")
+    assert settings.probe_interval == 300 and settings.probe_timeout == 20
+
+
 def test_per_soc_resource_name() -> None:
     settings = parse_settings(["--resource-name", "rockchip.com/npu-{soc}"])
     assert settings.resolved_resource_name("rk3576") == "rockchip.com/npu-rk3576"
@@ -45,6 +55,13 @@ def test_per_soc_resource_name() -> None:
         (["--health-interval", "0"], "greater than 0"),
         (["--health-interval", "soon"], "invalid float value"),  # argparse errors: UsageError too
         (["--bogus"], "unrecognized arguments"),
+        (["--mode", "all"], "invalid choice"),
+        (["--extra-device", "/dev/rga,rga"], "'rga' is not a device node path under /dev"),
+        (["--extra-device", "/dev/../etc/passwd"], "not a device node path"),
+        (["--host-librknnrt", "librknnrt.so"], "absolute host path"),
+        (["--probe-model", "/opt/probe.onnx"], "must name an .rknn model"),
+        (["--probe-interval", "0"], "greater than 0"),
+        (["--probe-timeout", "-1"], "greater than 0"),
     ],
 )
 def test_invalid_settings_raise_usage_error(argv: list[str], message: str) -> None:

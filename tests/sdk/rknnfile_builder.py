@@ -1,4 +1,4 @@
-"""Hand-built .rknn files in the documented layout (shared/rknpu-facts.md, ".rknn files")."""
+"""Hand-built .rknn files in the documented layout (docs/hardware.md#the-rknn-file-format)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""A fake `rknnlite.api.RKNNLite` that behaves as rknn-toolkit-lite2 is documented to (shared/rknpu-facts.md).
+"""A fake `rknnlite.api.RKNNLite` that behaves as rknn-toolkit-lite2 is documented to.
+
+See docs/hardware.md#rknnlite-behaviour and #core-masks:
 
 - every call returns 0 / -1 (or None for inference) and never raises; the reason goes to the log only:
   Python-layer lines through sys.stderr ("E init_runtime: ..."), librknnrt lines straight to fd 2

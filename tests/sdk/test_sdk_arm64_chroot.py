@@ -81,7 +81,7 @@ from pathlib import Path
 from fakehost import make_host, write
 from rknnfile_builder import write_rknn
 import rknnlaunch
-from rknnlaunch._settings import load_settings
+from rknnlaunch.settings._env import load_settings
 host = make_host("rk3588-drm", Path("/tmp/host-" + sys.argv[1]))
 (host.root / "proc/device-tree").unlink()  # masked, as in a pod
 write(host.root, "/run/rknpu/compatible", b"radxa,rock-5b\\0rockchip,rk3588\\0")

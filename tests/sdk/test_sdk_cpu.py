@@ -13,8 +13,8 @@ from rknnfile_builder import write_rknn
 
 import rknnlaunch
 from rknnlaunch import InferenceError, ModelError, Pool
-from rknnlaunch._settings import load_settings
 from rknnlaunch.npu import HostRoot
+from rknnlaunch.settings._env import load_settings
 
 HostFactory = Callable[[str], HostRoot]
 

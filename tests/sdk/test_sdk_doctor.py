@@ -11,11 +11,11 @@ import pytest
 from rknnfile_builder import write_rknn
 
 from fakehost import link, write
-from rknnlaunch._cli import main
-from rknnlaunch._doctor import CheckResult, exit_code, run_checks
-from rknnlaunch._librknnrt import find_librknnrt, parse_librknnrt_version
-from rknnlaunch._settings import load_settings
+from rknnlaunch.cli._main import main
 from rknnlaunch.npu import HostRoot
+from rknnlaunch.npu._librknnrt import find_librknnrt, parse_librknnrt_version
+from rknnlaunch.preflight._checks import CheckResult, exit_code, run_checks
+from rknnlaunch.settings._env import load_settings
 
 HostFactory = Callable[[str], HostRoot]
 VERSION_LINE = b"librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)"
@@ -62,7 +62,8 @@ def test_ready_rk3588_without_injection(host_factory: HostFactory) -> None:
     assert "no allocation was injected" in results["allocation"].summary
     assert "cores 0,1,2 (mask 7" in results["allocation"].summary
     assert results["npu"].summary.startswith("rk3588 with 3 NPU cores")
-    assert results["librknnrt"].summary == VERSION_LINE.decode()
+    assert results["librknnrt"].summary == VERSION_LINE.decode() + ", from the image"
+    assert results["librknnrt"].details["source"] == "image"
     assert results["device-nodes"].details["nodes"] == ["/dev/dri/card1", "/dev/dri/renderD129"]
     assert exit_code(list(results.values())) == 0
 
@@ -240,7 +241,7 @@ def test_cli_ok_exit_zero(
     host = host_factory("rk3588-drm")
     add_librknnrt(host)
     regular_file_nodes(host)
-    monkeypatch.setattr("rknnlaunch._doctor.installed_toolkit_version", lambda: "2.3.2")
+    monkeypatch.setattr("rknnlaunch.preflight._checks.installed_toolkit_version", lambda: "2.3.2")
     monkeypatch.delenv("RKNN_NPU_CORE_MASK", raising=False)
     assert main(["doctor", "--root", str(host.root)]) == 0
     out = capsys.readouterr().out
@@ -257,7 +258,7 @@ def regular_file_nodes(host: HostRoot) -> None:
 
 
 def test_real_opener_on_plain_files_and_missing_ones(tmp_path: Path) -> None:
-    from rknnlaunch._doctor import open_device
+    from rknnlaunch.preflight._checks import open_device
 
     node = write(tmp_path, "dev/dri/renderD129", b"")
     heap = write(tmp_path, "dev/dma_heap/system", b"", mode=0o444)
@@ -272,3 +273,32 @@ def test_injected_device_that_is_not_the_npu_warns(host_factory: HostFactory) ->
     result = checks(host, RKNN_NPU_DEVICE="/dev/dri/renderD128")["device-nodes"]
     assert result.status == "warn" and "RKNN_NPU_DEVICE=/dev/dri/renderD128 is not one of" in result.summary
     assert checks(host, RKNN_NPU_DEVICE="/dev/dri/renderD129")["device-nodes"].status == "ok"
+
+
+def test_librknnrt_source_host_mount_is_checked_against_the_mount_table(host_factory: HostFactory) -> None:
+    host = host_factory("rk3588-drm")
+    add_librknnrt(host)
+    injected = {"RKNN_NPU_LIBRKNNRT_SOURCE": "host:/opt/rockchip/librknnrt.so"}
+    # The plugin said so, but the runtime did not mount it: the image's copy is what loads.
+    unmounted = checks(host, **injected)["librknnrt"]
+    assert unmounted.status == "warn" and "no mount is there" in unmounted.summary
+    assert unmounted.fix is not None and "--host-librknnrt" in unmounted.fix
+    write(
+        host.root,
+        "/proc/self/mountinfo",
+        "22 1 0:21 / / rw,relatime - overlay overlay rw\n"
+        "612 22 179:2 /opt/rockchip/librknnrt.so /usr/lib/librknnrt.so ro,nosuid,nodev - ext4 /dev/sda2 rw\n",
+    )
+    mounted = checks(host, **injected)["librknnrt"]
+    assert mounted.status == "ok"
+    assert mounted.summary.endswith("mounted from the node's /opt/rockchip/librknnrt.so")
+    assert (
+        mounted.details["source"] == "host" and mounted.details["node_path"] == "/opt/rockchip/librknnrt.so"
+    )
+
+
+def test_mount_points_undo_escapes() -> None:
+    from rknnlaunch.npu._librknnrt import mount_points
+
+    text = "1 0 0:1 / /a\\040b rw - tmpfs t rw\nshort line\n"
+    assert mount_points(text) == {"/a b"}

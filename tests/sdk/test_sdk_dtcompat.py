@@ -15,7 +15,8 @@ from rknnlite_fake import FakeNpu
 import rknnlaunch
 from fakehost import write
 from rknnlaunch import RuntimeInitError
-from rknnlaunch._dtcompat import (
+from rknnlaunch.npu import HostRoot, soc_by_name
+from rknnlaunch.runtime._dtcompat import (
     COMPATIBLE_PATHS,
     install_redirect,
     readable,
@@ -23,8 +24,7 @@ from rknnlaunch._dtcompat import (
     replacement_for,
     uninstall_redirect,
 )
-from rknnlaunch._settings import load_settings
-from rknnlaunch.npu import HostRoot, soc_by_name
+from rknnlaunch.settings._env import load_settings
 
 HostFactory = Callable[[str], HostRoot]
 needs_no_device_tree = pytest.mark.skipif(

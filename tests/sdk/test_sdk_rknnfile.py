@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from rknnfile_builder import rknn_bytes, write_rknn
 
 from rknnlaunch import ModelError
-from rknnlaunch._cli import main
-from rknnlaunch._rknnfile import parse_rknn, read_rknn
+from rknnlaunch.cli._main import main
+from rknnlaunch.model._rknnfile import parse_rknn, read_rknn
 from rknnlaunch.npu import version_tuple
 
 GOOD = rknn_bytes(version="2.3.2+81f21f4d", targets=("rk3588",))

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from rknnfile_builder import flatbuffer_block, rknn_bytes
 
 from rknnlaunch import ModelError
-from rknnlaunch._cli import main
-from rknnlaunch._rknnfile import parse_rknn
+from rknnlaunch.cli._main import main
 from rknnlaunch.model import ModelFacts, encode_custom_string
+from rknnlaunch.model._rknnfile import parse_rknn
 
 SHA = "ab" * 32
 
@@ -194,7 +194,7 @@ def test_every_reader_reports_the_field_without_a_traceback(
     check = next(c for c in report["checks"] if c["id"] == "model")
     assert code == 1 and check["status"] == "fail" and "tensor_id" in check["summary"]
     import rknnlaunch
-    from rknnlaunch._settings import load_settings
+    from rknnlaunch.settings._env import load_settings
 
     settings = load_settings({"RKNNLAUNCH_ROOT": str(host.root)})
     with pytest.raises(ModelError, match="tensor_id"):
@@ -257,8 +257,8 @@ def test_any_value_in_our_facts_is_read_or_a_model_error_naming_it(key: str, val
 
 
 def test_doctor_warns_about_a_blind_int8_model(host_factory: Any, tmp_path: Path) -> None:
-    from rknnlaunch._doctor import run_checks
-    from rknnlaunch._settings import load_settings
+    from rknnlaunch.preflight._checks import run_checks
+    from rknnlaunch.settings._env import load_settings
 
     host = host_factory("rk3588-drm")
     model = tmp_path / "blind.rknn"

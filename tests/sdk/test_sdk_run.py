@@ -13,8 +13,8 @@ import pytest
 from test_sdk_doctor import add_librknnrt, regular_file_nodes
 
 from fakehost import write
-from rknnlaunch._dtcompat import COMPATIBLE_PATHS, SHIM_DIR, readable
 from rknnlaunch.npu import HostRoot
+from rknnlaunch.runtime._dtcompat import COMPATIBLE_PATHS, SHIM_DIR, readable
 
 HostFactory = Callable[[str], HostRoot]
 PLUGIN_VARS = (
@@ -186,9 +186,9 @@ def test_python_children_read_the_plugin_compatible_file(
 def test_run_reuses_what_the_preflight_discovered(
     host_factory: Callable[[str], HostRoot], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rknnlaunch._cmd_run as cmd_run
-    from rknnlaunch._doctor import Findings, run_checks
-    from rknnlaunch._settings import load_settings
+    import rknnlaunch.cli._run as cmd_run
+    from rknnlaunch.preflight._checks import Findings, run_checks
+    from rknnlaunch.settings._env import load_settings
 
     host = host_factory("rk3588-drm")
     settings = load_settings({"RKNNLAUNCH_ROOT": str(host.root), "RKNN_NPU_CORE_MASK": "3"})
@@ -198,3 +198,17 @@ def test_run_reuses_what_the_preflight_discovered(
     env, description = cmd_run.child_environment(settings, {}, checked)
     assert (env["RKNN_NPU_CORE_MASK"], env["RKNN_NPU_CORES"], env["RKNN_NPU_SOC"]) == ("3", "0,1", "rk3588")
     assert description is not None and "cores 0,1" in description
+
+
+def test_run_imports_neither_numpy_nor_other_commands() -> None:
+    # `rknnlaunch run` is every container's ENTRYPOINT: it must not pay for numpy, YOLO or the bench.
+    code = (
+        "import sys; from rknnlaunch.cli._main import build_parser, chosen_command; "
+        "argv = ['run', '--no-check', '--', 'true']; build_parser(chosen_command(argv)).parse_args(argv); "
+        "heavy = sorted(m for m in sys.modules if m == 'numpy' or m.startswith(('rknnlaunch.yolo', "
+        "'rknnlaunch.bench', 'rknnlaunch.runtime._open', 'rknnlaunch.cli._bench', "
+        "'rknnlaunch.cli._detect'))); "
+        "print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -13,8 +13,8 @@ from rknnlite_fake import FakeNpu
 
 import rknnlaunch
 from rknnlaunch import MaskError, ModelError, NpuSettings, Pool, RuntimeInitError
-from rknnlaunch._settings import load_settings
 from rknnlaunch.npu import HostRoot, soc_by_name
+from rknnlaunch.settings._env import load_settings
 
 HostFactory = Callable[[str], HostRoot]
 
@@ -242,7 +242,7 @@ def test_the_fake_follows_the_documented_mask_rules(tmp_path: Path) -> None:
 def test_mask_error_line_is_in_the_error(
     host_factory: HostFactory, model: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from rknnlaunch._rknnlite import capture_runtime_log
+    from rknnlaunch.runtime._rknnlite import capture_runtime_log
 
     instance = fake_for("rk3588", init_window=0.0).factory()
     instance.load_rknn(str(model))

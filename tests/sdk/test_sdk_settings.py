@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rknnlaunch import MaskError, RknnLaunchError, SettingsError
-from rknnlaunch._settings import load_settings, normalised_env, resolve_allocation, select_cores
 from rknnlaunch.npu import HostRoot, NpuInfo, discover, mask_to_cores
+from rknnlaunch.settings._allocation import normalised_env, resolve_allocation, select_cores
+from rknnlaunch.settings._env import load_settings
 
 HostFactory = Callable[[str], HostRoot]
 

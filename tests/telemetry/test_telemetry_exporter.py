@@ -23,8 +23,8 @@ from prometheus_client.samples import Sample
 
 from rknnlaunch import UsageError
 from rknnlaunch.npu import HostRoot
-from rknpu_device_plugin._exporter import Exporter, main, parse_settings
-from rknpu_device_plugin._nfd import LABEL_NAMESPACE, parse_feature_text
+from rknpu_device_plugin.telemetry._exporter import Exporter, main, parse_settings
+from rknpu_device_plugin.telemetry._nfd import LABEL_NAMESPACE, parse_feature_text
 
 NS = LABEL_NAMESPACE
 
@@ -185,7 +185,7 @@ def test_exporter_process_serves_and_writes(
     env["RKNPU_EXPORTER_POD_RESOURCES_SOCKET"] = pod_resources.socket_path
     argv = [
         "-m",
-        "rknpu_device_plugin._exporter",
+        "rknpu_device_plugin.telemetry._exporter",
         "--host-root",
         str(host.root),
         "--metrics-address",

@@ -19,14 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from fakehost import write
 from rknnlaunch import UsageError
 from rknnlaunch.npu import HostRoot, NpuInfo, discover
-from rknpu_device_plugin._metrics import (
-    NpuCollector,
-    PluginMetrics,
-    build_registry,
-    parse_address,
-    start_metrics_server,
-)
-from rknpu_device_plugin._nfd import textfile_text
+from rknpu_device_plugin.telemetry._collector import NpuCollector, build_registry
+from rknpu_device_plugin.telemetry._http import parse_address, start_metrics_server
+from rknpu_device_plugin.telemetry._nfd import textfile_text
+from rknpu_device_plugin.telemetry._sink import PluginMetrics
 
 LOAD = "/sys/kernel/debug/rknpu/load"
 FREQ = "/sys/kernel/debug/rknpu/freq"
@@ -164,7 +160,7 @@ def test_unreadable_debugfs_is_said_once_and_the_rest_exported(
     metrics.health_changed({"npu-core-0": True, "npu-core-1": True, "npu-core-2": False})
     collector = NpuCollector(host, lambda: info)
     registry = build_registry(collector, metrics, process_metrics=False)
-    with caplog.at_level(logging.WARNING, logger="rknpu_device_plugin._metrics"):
+    with caplog.at_level(logging.WARNING, logger="rknpu_device_plugin.telemetry._collector"):
         first = samples(textfile_text(registry))
         second = samples(textfile_text(registry))
     said = [r for r in caplog.records if "permission denied" in r.getMessage()]
@@ -240,6 +236,49 @@ def test_plugin_events_become_counters() -> None:
     }
 
 
+def test_probe_verdicts_become_per_core_gauges() -> None:
+    metrics = PluginMetrics()
+    found = samples(textfile_text(build_registry(metrics, process_metrics=False)))
+    assert named(found, "rknpu_core_probe_success") == {}  # probe off: no series at all
+    metrics.probed(0, True, 0.42)
+    metrics.probed(1, False, 20.0)
+    metrics.probed(1, True, 0.5)  # recovered: the latest verdict counts
+    metrics.probed(2, False, 3.0)
+    found = samples(textfile_text(build_registry(metrics, process_metrics=False)))
+    assert named(found, "rknpu_core_probe_success") == {
+        (("core", "0"),): 1.0,
+        (("core", "1"),): 1.0,
+        (("core", "2"),): 0.0,
+    }
+    assert named(found, "rknpu_core_probe_seconds")[(("core", "2"),)] == 3.0
+
+
+def test_temperature_and_driver_info(host_factory: Callable[[str], HostRoot]) -> None:
+    host = host_factory("rk3588-drm")
+    collector = NpuCollector(host, lambda: discover(host))
+    found = scrape_collector(collector)
+    assert named(found, "rknpu_temperature_celsius") == {(): 43.9}  # thermal_zone6, type npu-thermal
+    assert named(found, "rknpu_driver_info") == {(("version", "0.9.8"),): 1.0}
+    set_file(host, "/sys/devices/virtual/thermal/thermal_zone6/temp", "71250\n")
+    assert named(scrape_collector(collector), "rknpu_temperature_celsius") == {(): 71.25}
+    # Zones renumbered (another sensor registered first): found again after one failed read.
+    (host.root / "sys/devices/virtual/thermal/thermal_zone6/temp").unlink()
+    write(host.root, "/sys/devices/virtual/thermal/thermal_zone7/type", "npu-thermal\n")
+    write(host.root, "/sys/devices/virtual/thermal/thermal_zone7/temp", "50000\n")
+    (host.root / "sys/devices/virtual/thermal/thermal_zone6/type").write_text("test-thermal\n")
+    from fakehost import link
+
+    link(host.root, "/sys/class/thermal/thermal_zone7", "../../devices/virtual/thermal/thermal_zone7")
+    assert named(scrape_collector(collector), "rknpu_temperature_celsius") == {(): 50.0}
+
+
+def test_no_npu_thermal_zone_means_no_temperature(host_factory: Callable[[str], HostRoot]) -> None:
+    host = host_factory("rk3568")  # RK356x: no npu-thermal zone
+    found = scrape_collector(NpuCollector(host, lambda: discover(host)))
+    assert named(found, "rknpu_temperature_celsius") == {}
+    assert named(found, "rknpu_driver_info") == {(("version", "0.8.2"),): 1.0}
+
+
 def test_plugin_events_are_thread_safe() -> None:
     metrics = PluginMetrics()
     start = threading.Barrier(8)
@@ -261,7 +300,7 @@ def test_plugin_events_are_thread_safe() -> None:
 
 def test_plugin_metrics_implements_the_plugin_events_protocol() -> None:
     events = pytest.importorskip("rknpu_device_plugin._events")
-    for name in ("registered", "restarted", "allocated", "allocation_failed", "health_changed"):
+    for name in ("registered", "restarted", "allocated", "allocation_failed", "health_changed", "probed"):
         ours = inspect.signature(getattr(PluginMetrics, name))
         theirs = inspect.signature(getattr(events.PluginEvents, name))
         assert list(ours.parameters) == list(theirs.parameters), name

@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rknnlaunch.npu import HostRoot, discover
 from rknpu_device_plugin._files import write_atomic
-from rknpu_device_plugin._metrics import NpuCollector, PluginMetrics, build_registry
-from rknpu_device_plugin._nfd import (
+from rknpu_device_plugin.telemetry._collector import NpuCollector, build_registry
+from rknpu_device_plugin.telemetry._nfd import (
     LABEL_NAMESPACE,
     label_value,
     nfd_feature_text,
@@ -24,6 +24,7 @@ from rknpu_device_plugin._nfd import (
     write_feature_file,
     write_textfile,
 )
+from rknpu_device_plugin.telemetry._sink import PluginMetrics
 
 NS = LABEL_NAMESPACE
 # Kubernetes' label grammar: qualified name (prefix/name) and value.

@@ -9,9 +9,10 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from rknnlaunch.npu import SOCS, DeviceNode, NpuInfo
-from rknpu_device_plugin._metrics import NpuReading, PluginCounts, npu_families, plugin_families
-from rknpu_device_plugin._nfd import textfile_text
-from rknpu_device_plugin._podresources import CoreHolder
+from rknpu_device_plugin.telemetry._collector import NpuReading, npu_families
+from rknpu_device_plugin.telemetry._nfd import textfile_text
+from rknpu_device_plugin.telemetry._podresources import CoreHolder
+from rknpu_device_plugin.telemetry._sink import PluginCounts, plugin_families
 
 MONITORING = Path(__file__).resolve().parents[2] / "samples" / "monitoring"
 METRIC = re.compile(r"\brknpu_[a-z_]+\b")
@@ -27,6 +28,7 @@ def exported_names() -> set[str]:
         info=info,
         load=(0.1, 0.2, 0.3),
         frequency_hz=10**9,
+        temperature_celsius=45.0,
         readable={"load": True, "freq": True},
         holders=(CoreHolder(0, "ns", "pod", "c"),),
         pod_resources_up=True,
@@ -34,7 +36,10 @@ def exported_names() -> set[str]:
 
     class Everything:
         def collect(self) -> list[object]:
-            return [*npu_families(reading), *plugin_families(PluginCounts(health={"npu-core-0": True}))]
+            return [
+                *npu_families(reading),
+                *plugin_families(PluginCounts(health={"npu-core-0": True}, probes={0: (True, 0.2)})),
+            ]
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Everything())  # type: ignore[arg-type]
@@ -48,6 +53,7 @@ def test_dashboard_is_grafana_json_querying_our_metrics() -> None:
     exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
     used = {name for expr in exprs for name in METRIC.findall(expr)}
     assert "rknpu_core_allocated" in used and "rknpu_core_load_ratio" in used
+    assert {"rknpu_core_probe_success", "rknpu_temperature_celsius", "rknpu_driver_info"} <= used
     assert used <= exported_names(), used - exported_names()
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids))
@@ -59,6 +65,7 @@ def test_rules_query_our_metrics() -> None:
     recorded = set(re.findall(r"record:\s*(\S+)", text))
     used = {name for expr in exprs for name in METRIC.findall(expr)}
     assert exprs and used
+    assert "rknpu_core_probe_success" in used
     assert used <= exported_names(), used - exported_names()
     for expr in exprs:
         for name in re.findall(r"\brknpu:[a-z_:]+\b", expr):

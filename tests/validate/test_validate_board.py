@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rknnlaunch import UsageError, _cmd_validate
-from rknnlaunch._settings import load_settings
+from rknnlaunch import UsageError
+from rknnlaunch.cli import _validate as _cmd_validate
 from rknnlaunch.model import ModelFacts, encode_custom_string
 from rknnlaunch.npu import HostRoot, soc_by_name
+from rknnlaunch.settings._env import load_settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
 from rknnfile_builder import flatbuffer_block, write_rknn
@@ -29,7 +30,7 @@ ort = pytest.importorskip("onnxruntime")
 
 
 def default_onnx() -> Path:
-    from rknnlaunch.yolo._model import default_model
+    from rknnlaunch.model._metadata import default_model
 
     try:
         return default_model()
@@ -104,8 +105,8 @@ def converted_model(path: Path) -> Path:
 
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    _cmd_validate.add_parser(parser.add_subparsers())
-    return parser.parse_args(["validate", *argv])
+    _cmd_validate.configure(parser)
+    return parser.parse_args(list(argv))
 
 
 @pytest.fixture

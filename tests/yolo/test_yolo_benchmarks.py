@@ -6,6 +6,7 @@ Speed is what the scripts print; here they run tiny so only correctness is pinne
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -22,6 +23,7 @@ def load(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
     return module
 
@@ -43,3 +45,16 @@ def test_benchmark_scripts_run(capsys: pytest.CaptureFixture[str]) -> None:
     load("letterbox_bench").main(["--repeat", "5"])
     out = capsys.readouterr().out
     assert "identical detections" in out and "speed-up" in out and "letterbox 1920x1080" in out
+
+
+def test_decode_bench_runs_every_layout_and_agrees_with_edgefirst(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load("decode_bench")
+    bench.main(["--frames", "1", "--repeat", "1", "--objects", "5"])
+    out = capsys.readouterr().out
+    for layout in bench.CASES:
+        assert f"\n{layout} " in out
+    for case in ("ultralytics", "end2end", "ultralytics-seg"):
+        line = next(row for row in out.splitlines() if row.startswith(f"{case} "))
+        if "edgefirst-decoder not installed" not in out:  # same detection count on the same tensors
+            ours, theirs = line.rsplit(" ", 1)[1].split("/")
+            assert ours == theirs

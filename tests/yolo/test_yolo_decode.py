@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rknnlaunch import UsageError
+from rknnlaunch import ModelError, UsageError
 from rknnlaunch.yolo import (
     Detections,
     LetterboxInfo,
@@ -181,9 +181,9 @@ def test_layout_detection() -> None:
     assert detect_layout([o.shape for o in encode_rknn([])]) == "rknn-9"
     assert detect_layout([o.shape for o in encode_rknn([], with_score_sum=False)]) == "rknn-6"
     assert detect_layout([(1, 6, 8400)]) == "ultralytics"
-    with pytest.raises(UsageError, match="not a YOLOv8 layout"):
+    with pytest.raises(ModelError, match=r"not a YOLO layout we decode.*\[1, 1000\]"):
         detect_layout([(1, 1000)])
-    with pytest.raises(UsageError, match="not a YOLOv8 layout"):
+    with pytest.raises(ModelError, match="not 4 sides x DFL bins"):
         detect_layout([(1, 63, 80, 80)] * 9)
 
 
@@ -191,8 +191,8 @@ def test_bad_settings_are_usage_errors() -> None:
     with pytest.raises(UsageError):
         YoloDecoder(conf_threshold=1.5)
     with pytest.raises(UsageError):
-        YoloDecoder(layout="yolov5")  # type: ignore[arg-type]
+        YoloDecoder(layout="yolov7")  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="quantisation entries"):
         YoloDecoder(quant=[Quant(0, 1.0)])(encode_rknn([]))
-    with pytest.raises(UsageError, match="needs 9 outputs"):
+    with pytest.raises(ModelError, match=r"layout rknn-9 does not fit .* needs 9 outputs, got 6"):
         YoloDecoder(layout="rknn-9")(encode_rknn([], with_score_sum=False))

@@ -13,9 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rknnlaunch import UsageError, _cmd_detect
-from rknnlaunch._settings import load_settings
+from rknnlaunch import UsageError
+from rknnlaunch.cli import _detect as _cmd_detect
+from rknnlaunch.cli._main import build_parser
 from rknnlaunch.npu import HostRoot
+from rknnlaunch.settings._env import load_settings
 
 cv2 = pytest.importorskip("cv2")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -23,9 +25,7 @@ from bench_fakes import FakeRknnLite, write_rknn  # noqa: E402
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    _cmd_detect.add_parser(parser.add_subparsers())
-    return parser.parse_args(["detect", *argv])
+    return build_parser("detect").parse_args(["detect", *argv])
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def test_npu_detect_maps_boxes_to_the_original_image_and_draws_them(
 
 def need_default_model() -> None:
     pytest.importorskip("onnxruntime")
-    from rknnlaunch.yolo._model import default_model
+    from rknnlaunch.model._metadata import default_model
 
     try:
         default_model()

@@ -32,8 +32,12 @@ def test_matches_plain_greedy_nms(seed: int) -> None:
     assert nms(boxes, scores, classes, 0.45).tolist() == plain_nms(boxes, scores, classes, 0.45)
 
 
+@pytest.mark.parametrize("sequential_limit", [20_000, 0], ids=["one-pass", "fixed-point"])
 @pytest.mark.parametrize("seed", range(5))
-def test_matches_plain_greedy_nms_on_dense_single_class_clusters(seed: int) -> None:
+def test_matches_plain_greedy_nms_on_dense_single_class_clusters(
+    seed: int, sequential_limit: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nms_module, "_SEQUENTIAL_LIMIT", sequential_limit)
     rng = np.random.default_rng(100 + seed)
     boxes, scores, _ = random_boxes(rng, 200)
     boxes = boxes / 3  # crowd them: long suppression chains
@@ -67,3 +71,13 @@ def test_iou_matrix_values() -> None:
     iou = iou_matrix(boxes)
     assert iou[0, 1] == pytest.approx(50 / 150)
     assert iou[0, 2] == 0.0 and iou[3, 3] == 0.0 and iou[0, 0] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("classes", [1, 2, 80])
+def test_dense_matrix_and_gathered_pairs_paths_agree(classes: int) -> None:
+    rng = np.random.default_rng(classes)
+    boxes, scores, _ = random_boxes(rng, 180)
+    labels = rng.integers(0, classes, 180).astype(np.int64)
+    pairs_only = nms_module.nms_with(boxes, scores, labels, 0.45, 300, nms_module._pair_iou)
+    either = nms_module.nms_with(boxes, scores, labels, 0.45, 300, nms_module._pair_iou, iou_matrix)
+    assert pairs_only.tolist() == either.tolist() == plain_nms(boxes, scores, labels, 0.45)

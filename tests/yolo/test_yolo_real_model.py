@@ -16,7 +16,7 @@ ort = pytest.importorskip("onnxruntime")
 
 @pytest.fixture(scope="module")
 def model() -> str:
-    from rknnlaunch.yolo._model import default_model
+    from rknnlaunch.model._metadata import default_model
 
     try:
         return str(default_model())
@@ -85,3 +85,20 @@ def test_cpu_backend_and_pipeline_match_a_hand_written_decode(model: str, portra
     np.testing.assert_allclose(found.boxes, want[:, :4], atol=0.05)
     np.testing.assert_allclose(found.scores, want[:, 4], atol=1e-4)
     assert found.class_ids.tolist() == want[:, 5].astype(int).tolist()
+
+
+def test_real_model_metadata_picks_the_layout_and_class_names(model: str) -> None:
+    # Ultralytics writes its metadata as strings: names "{0: 'Normal', 1: 'Fall'}", imgsz
+    # "[640, 640]", task "detect". With it, [1, 6, 8400] is 2-class detection with no doubt left.
+    from pathlib import Path
+
+    from rknnlaunch.model._metadata import decoder_facts, model_metadata
+    from rknnlaunch.yolo import make_decoder
+
+    info = model_metadata(Path(model))
+    shapes = [tuple(o["shape"]) for o in info["outputs"]]
+    assert make_decoder(shapes, info["metadata"]).names == ("Normal", "Fall")  # raw strings work too
+    decoder = make_decoder(shapes, decoder_facts(info))
+    assert (decoder.layout, decoder.task, decoder.note) == ("ultralytics", "detect", None)
+    assert decoder.names == ("Normal", "Fall")
+    assert make_decoder(shapes).note is not None  # without metadata: pose/obb would fit as well

@@ -1,0 +1,1 @@
+"""The kubelet-facing side: our gRPC service, serving, registration, restart supervisor."""

@@ -1,0 +1,311 @@
+"""Serving and registration lifecycle: our gRPC server on our socket, Register with the kubelet,
+and a supervisor that serves + registers again whenever the kubelet restarts.
+
+The kubelet deletes every socket in the device plugin folder when it starts, then creates a new
+kubelet.sock. The supervisor watches the folder (inotify, polling fallback) for our socket
+vanishing or kubelet.sock being re-created, and starts a new generation: fresh server, fresh
+Register. Device logic lives elsewhere (`_service`, `_devices`, `_resources`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from .._events import PluginEvents
+from .._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
+from .._kubeapi.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from .._log import get_logger
+from ..devices._watch import FolderWatcher
+
+API_VERSION = "v1beta1"
+KUBELET_SOCKET = "kubelet.sock"
+REGISTER_TIMEOUT = 3.0
+BACKOFF_FIRST = 0.05
+BACKOFF_MAX = 2.0
+# Supervisor re-check period: a safety net under inotify, the detection itself when polling.
+CHECK_INTERVAL_INOTIFY = 1.0
+CHECK_INTERVAL_POLLING = 0.1
+SERVER_WORKERS = 16  # each ListAndWatch stream holds a worker; kubelet reconnects overlap
+
+_log = get_logger("lifecycle")
+
+FileId = tuple[int, int]
+
+
+def file_id(path: Path) -> FileId | None:
+    """(inode, ctime) of a path, None if absent: tells a re-created socket from the old one."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_ctime_ns)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where we serve and whom we register with."""
+
+    plugin_dir: Path
+    socket_name: str
+    resource_name: str
+
+    @property
+    def socket_path(self) -> Path:
+        return self.plugin_dir / self.socket_name
+
+    @property
+    def kubelet_socket(self) -> Path:
+        return self.plugin_dir / KUBELET_SOCKET
+
+
+class SocketBusyError(OSError):
+    """Our socket's path is served by a live process."""
+
+
+def _serving(path: Path) -> bool:
+    """Whether something accepts connections on the unix socket at ``path`` (stale ones refuse)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+class PluginServer:
+    """One generation of our gRPC server on our socket."""
+
+    def __init__(self, socket_path: Path, service: pb_grpc.DevicePluginServicer) -> None:
+        self.socket_path = socket_path
+        self._service = service
+        self._server: grpc.Server | None = None
+        self._executor: futures.ThreadPoolExecutor | None = None
+        self._socket_id: FileId | None = None
+
+    def start(self) -> None:
+        # A stale socket of ours (a crash) blocks bind: remove it. Only our own file name is ever
+        # removed, never another plugin's socket, and never one a live process still serves (a
+        # second instance during a rollout would otherwise take turns with the first forever).
+        if os.path.lexists(self.socket_path):
+            if _serving(self.socket_path):
+                raise SocketBusyError(
+                    f"another process serves {self.socket_path} (a second rknpu-device-plugin on this "
+                    "node?); waiting for it to stop"
+                )
+            with contextlib.suppress(FileNotFoundError):
+                self.socket_path.unlink()
+        # gRPC never shuts down the executor it is given: stop() does, so no generation's
+        # worker threads outlive it.
+        self._executor = futures.ThreadPoolExecutor(max_workers=SERVER_WORKERS, thread_name_prefix="grpc")
+        server = grpc.server(self._executor)
+        pb_grpc.add_DevicePluginServicer_to_server(self._service, server)
+        if server.add_insecure_port(f"unix://{self.socket_path}") == 0:
+            raise OSError(
+                f"cannot listen on {self.socket_path}: the folder must exist and be writable here "
+                "(DaemonSet: mount kubelet's device-plugins folder read-write; systemd: ReadWritePaths)"
+            )
+        server.start()
+        self._server = server
+        self._socket_id = file_id(self.socket_path)
+
+    def socket_intact(self) -> bool:
+        return self._socket_id is not None and file_id(self.socket_path) == self._socket_id
+
+    def stop(self, grace: float = 0.3) -> None:
+        """Stop serving (streams end), then remove our socket if it is still the one we made."""
+        if self._server is not None:
+            self._server.stop(grace).wait(grace + 0.5)
+            self._server = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+        if self.socket_intact():
+            with contextlib.suppress(FileNotFoundError):
+                self.socket_path.unlink()
+        self._socket_id = None
+
+
+def register(endpoint: Endpoint, wake: threading.Event, stop: threading.Event) -> bool:
+    """Call the kubelet's Registration.Register once; False if stopped first, grpc.RpcError on failure.
+
+    The call runs as a future so a SIGTERM during a slow Register still exits within 2 s: the
+    supervisor's ``wake`` event fires on stop and on the call's completion alike.
+    """
+    request = pb.RegisterRequest(
+        version=API_VERSION,
+        endpoint=endpoint.socket_name,
+        resource_name=endpoint.resource_name,
+        options=pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True),
+    )
+    with grpc.insecure_channel(f"unix://{endpoint.kubelet_socket}") as channel:
+        call = pb_grpc.RegistrationStub(channel).Register.future(request, timeout=REGISTER_TIMEOUT)
+        call.add_done_callback(lambda _call: wake.set())
+        while not call.done():
+            wake.wait()
+            wake.clear()
+            if stop.is_set():
+                call.cancel()  # type: ignore[no-untyped-call]
+                return False
+        call.result()  # raises the RpcError of a failed call
+        return True
+
+
+class Supervisor:
+    """Serve + register; on kubelet restart or socket loss, do both again until stopped."""
+
+    def __init__(
+        self,
+        plugin_dir: Path,
+        endpoint_for: Callable[[], Endpoint | None],
+        service: pb_grpc.DevicePluginServicer,
+        events: PluginEvents,
+        before_serve: Callable[[], None] = lambda: None,
+        use_inotify: bool = True,
+    ) -> None:
+        self._plugin_dir = plugin_dir
+        self._endpoint_for = endpoint_for
+        self._service = service
+        self._events = events
+        self._before_serve = before_serve
+        self._use_inotify = use_inotify
+        self._watcher: FolderWatcher | None = None
+        self._wake = threading.Event()
+        self.generations = 0
+        self._last_serve_error = ""
+
+    def wake(self) -> None:
+        """Re-check now (called on stop, and when discovery first finds the NPU)."""
+        self._wake.set()
+        if self._watcher is not None:
+            self._watcher.wake()
+
+    def _wait(self, watcher: FolderWatcher, timeout: float) -> None:
+        if self._wake.is_set():
+            self._wake.clear()
+            return
+        watcher.wait(timeout)
+        self._wake.clear()
+
+    def run(self, stop: threading.Event) -> None:
+        self._plugin_dir.mkdir(parents=True, exist_ok=True)
+        watcher = FolderWatcher([self._plugin_dir], use_inotify=self._use_inotify)
+        self._watcher = watcher
+        check = CHECK_INTERVAL_INOTIFY if watcher.uses_inotify else CHECK_INTERVAL_POLLING
+        try:
+            while not stop.is_set():
+                endpoint = self._endpoint_for()
+                if endpoint is None:  # no NPU yet: the resource manager wakes us when it finds one
+                    self._wait(watcher, check)
+                    continue
+                try:
+                    self._serve_generation(endpoint, watcher, check, stop)
+                except Exception as exc:  # keep supervising: a dead supervisor means a dead resource
+                    _log.error("serving failed; retrying", extra={"fields": {"error": repr(exc)}})
+                    self._wait(watcher, BACKOFF_MAX)
+        finally:
+            self._watcher = None
+            watcher.close()
+
+    def _serve_generation(
+        self, endpoint: Endpoint, watcher: FolderWatcher, check: float, stop: threading.Event
+    ) -> None:
+        started = time.monotonic()
+        server = PluginServer(endpoint.socket_path, self._service)
+        try:
+            self._before_serve()
+            server.start()
+        except Exception as exc:
+            if str(exc) != self._last_serve_error:  # one line per distinct problem, not per retry
+                _log.error(
+                    "cannot serve; retrying",
+                    extra={"fields": {"socket": str(endpoint.socket_path), "error": str(exc)}},
+                )
+                self._last_serve_error = str(exc)
+            server.stop(0)
+            self._wait(watcher, BACKOFF_MAX)
+            return
+        self._last_serve_error = ""
+        try:
+            kubelet_id = self._register_until_done(endpoint, server, watcher, stop)
+            if kubelet_id is None:
+                return
+            self.generations += 1
+            _log.info(
+                "registered with kubelet",
+                extra={
+                    "fields": {
+                        "resource": endpoint.resource_name,
+                        "endpoint": endpoint.socket_name,
+                        "generation": self.generations,
+                        "seconds": round(time.monotonic() - started, 3),
+                    }
+                },
+            )
+            self._events.registered()
+            if self.generations > 1:
+                self._events.restarted()
+            reason = self._watch_until_restart(endpoint, server, kubelet_id, watcher, check, stop)
+            if reason is not None:
+                _log.warning("serving and registering again", extra={"fields": {"reason": reason}})
+        finally:
+            server.stop()
+
+    def _register_until_done(
+        self, endpoint: Endpoint, server: PluginServer, watcher: FolderWatcher, stop: threading.Event
+    ) -> FileId | None:
+        delay = BACKOFF_FIRST
+        last_error = ""
+        while not stop.is_set():
+            if not server.socket_intact():  # the kubelet's cleanup removed it while we waited
+                server.stop(0)
+                server.start()
+            kubelet_id = file_id(endpoint.kubelet_socket)
+            if kubelet_id is not None:
+                try:
+                    if not register(endpoint, self._wake, stop):
+                        return None
+                    return kubelet_id
+                except grpc.RpcError as exc:
+                    error = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.Call) else str(exc)
+                    if error != last_error:
+                        _log.warning("Register failed; retrying", extra={"fields": {"error": error}})
+                        last_error = error
+            elif last_error != "absent":
+                _log.info(
+                    "waiting for kubelet.sock", extra={"fields": {"path": str(endpoint.kubelet_socket)}}
+                )
+                last_error = "absent"
+            self._wait(watcher, delay)
+            delay = min(delay * 2, BACKOFF_MAX)
+        return None
+
+    def _watch_until_restart(
+        self,
+        endpoint: Endpoint,
+        server: PluginServer,
+        kubelet_id: FileId,
+        watcher: FolderWatcher,
+        check: float,
+        stop: threading.Event,
+    ) -> str | None:
+        while not stop.is_set():
+            if not server.socket_intact():
+                return "our socket was removed (kubelet restart?)"
+            current = file_id(endpoint.kubelet_socket)
+            if current is not None and current != kubelet_id:
+                return "kubelet.sock was re-created (kubelet restarted)"
+            if self._endpoint_for() != endpoint:
+                return "the NPU changed (resource name)"
+            self._wait(watcher, check)
+        return None

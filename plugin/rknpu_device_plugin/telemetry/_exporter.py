@@ -1,0 +1,272 @@
+"""The `rknpu-exporter` command: NPU metrics, NFD labels and a node-exporter textfile, without the plugin.
+
+For nodes where the device plugin runs without ``--metrics-address`` (or not at all): serves the
+same NPU metrics (load, clock, pod attribution) over HTTP and/or rewrites the NFD feature file and
+the textfile every ``--interval`` seconds. Flags override ``RKNPU_EXPORTER_*`` variables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from types import FrameType
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from rknnlaunch import RknnLaunchError, __version__
+from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec, soc_by_name
+
+from .._settings import (
+    LOG_LEVELS,
+    LogLevel,
+    SettingsParser,
+    add_setting_flags,
+    check_soc_name,
+    settings_from_flags,
+)
+from ..devices._discovery import discover_on_node
+from ..devices._policy import DEFAULT_RESOURCE_NAME
+from ._collector import NpuCollector, build_registry
+from ._http import MetricsServer
+from ._nfd import (
+    DEFAULT_FEATURES_DIR,
+    describe_labels,
+    nfd_labels,
+    remove_feature_file,
+    write_feature_file,
+    write_textfile,
+)
+from ._podresources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesClient
+
+ENV_PREFIX = "RKNPU_EXPORTER_"
+PROG = "rknpu-exporter"
+# Unless told otherwise, NFD labels outlive a dead exporter by this many write intervals (at least
+# 10 minutes), then NFD drops them: a node never keeps NPU labels nobody vouches for.
+_EXPIRY_INTERVALS = 10
+_MIN_EXPIRY_SECONDS = 600.0
+
+log = logging.getLogger("rknpu_device_plugin.exporter")
+
+
+class ExporterSettings(BaseSettings):
+    """Everything rknpu-exporter can be told. Field descriptions are the `--help` texts."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+
+    host_root: Path = Field(Path("/"), description="where the host's / is mounted (a DaemonSet uses /host)")
+    metrics_address: str | None = Field(
+        None, description='serve Prometheus metrics on "host:port" (":9102" = all interfaces)'
+    )
+    pod_resources_socket: str = Field(
+        DEFAULT_POD_RESOURCES_SOCKET,
+        description='kubelet pod-resources socket for pod attribution ("" = off)',
+    )
+    resource_name: str = Field(DEFAULT_RESOURCE_NAME, description="the plugin's extended resource name")
+    nfd_dir: Path | None = Field(
+        None, description=f"write the NFD feature file 'rknpu' here (NFD reads {DEFAULT_FEATURES_DIR})"
+    )
+    textfile_dir: Path | None = Field(
+        None, description="write rknpu.prom here (node-exporter's --collector.textfile.directory)"
+    )
+    interval: float = Field(30.0, gt=0, le=3600, description="seconds between file writes and re-discovery")
+    nfd_expiry: float | None = Field(
+        None,
+        ge=0,
+        description="seconds NFD keeps our labels without a rewrite (0 = forever; default: 10 intervals, "
+        "at least 600; forever with --once)",
+    )
+    once: bool = Field(False, description="write the files once and exit (no metrics server)")
+    soc: str | None = Field(None, description="SoC to assume when the device tree cannot be read")
+    log_level: LogLevel = Field("info", description="log level")
+
+    @field_validator("soc")
+    @classmethod
+    def _known_soc(cls, value: str | None) -> str | None:
+        return check_soc_name(value)
+
+    @model_validator(mode="after")
+    def _has_output(self) -> ExporterSettings:
+        if self.once and self.metrics_address:
+            raise ValueError("--once writes files and exits; it cannot serve --metrics-address")
+        if not (self.metrics_address or self.nfd_dir or self.textfile_dir):
+            raise ValueError("nothing to do: give --metrics-address, --nfd-dir and/or --textfile-dir")
+        return self
+
+    def soc_hint(self) -> SocSpec | None:
+        return soc_by_name(self.soc) if self.soc else None
+
+    def expiry_seconds(self) -> float | None:
+        """How long NFD may keep our labels after a write (None = forever)."""
+        if self.nfd_expiry is not None:
+            return self.nfd_expiry or None
+        if self.once:
+            return None
+        return max(self.interval * _EXPIRY_INTERVALS, _MIN_EXPIRY_SECONDS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """One flag per settings field; unset flags fall back to RKNPU_EXPORTER_* and then defaults."""
+    parser = SettingsParser(
+        prog=PROG,
+        description=__doc__,
+        argument_default=argparse.SUPPRESS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_setting_flags(parser, ExporterSettings, ENV_PREFIX, choices={"log_level": LOG_LEVELS})
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    return parser
+
+
+def parse_settings(argv: Sequence[str]) -> ExporterSettings:
+    """Flags override the environment; raises UsageError naming what is wrong."""
+    return settings_from_flags(ExporterSettings, build_parser().parse_args(list(argv)), ENV_PREFIX, PROG)
+
+
+class Discovery:
+    """The latest discovery result, refreshed by the write loop and read by scrapes (thread-safe)."""
+
+    def __init__(self, host: HostRoot, soc_hint: SocSpec | None) -> None:
+        self.host = host
+        self.soc_hint = soc_hint
+        self._lock = threading.Lock()
+        self._info: NpuInfo | None = None
+        self._error: RknnLaunchError | None = None
+        self._said_error: str | None = None
+
+    def refresh(self) -> NpuInfo | None:
+        error: RknnLaunchError | None = None
+        try:
+            info: NpuInfo | None = discover_on_node(self.host, self.soc_hint, ENV_PREFIX)
+        except RknnLaunchError as exc:
+            info, error = None, exc
+        with self._lock:
+            before, self._info, self._error = self._info, info, error
+        # Say what changed, not the same thing every interval.
+        if info is not None:
+            if info != before:
+                log.info("NPU found: %s", describe_labels(nfd_labels(info)))
+                for note in info.notes:
+                    log.warning("%s", note)
+        elif str(error) != self._said_error:
+            log.warning("no usable NPU: %s", error)
+        self._said_error = None if error is None else str(error)
+        return info
+
+    def current(self) -> NpuInfo | None:
+        with self._lock:
+            return self._info
+
+    @property
+    def error(self) -> RknnLaunchError | None:
+        with self._lock:
+            return self._error
+
+
+class Exporter:
+    """The write loop and the optional metrics server, sharing one collector."""
+
+    def __init__(self, settings: ExporterSettings, now: Callable[[], datetime] | None = None) -> None:
+        self.settings = settings
+        self.host = HostRoot(settings.host_root)
+        self.discovery = Discovery(self.host, settings.soc_hint())
+        self._now = now or (lambda: datetime.now(timezone.utc))
+        socket_path = settings.pod_resources_socket
+        self.pod_resources = PodResourcesClient(socket_path, settings.resource_name) if socket_path else None
+        self.collector = NpuCollector(self.host, self.discovery.current, self.pod_resources)
+        # node-exporter brings its own process_* series: the textfile must not repeat them.
+        self.textfile_registry = build_registry(self.collector, process_metrics=False)
+        self.server: MetricsServer | None = None
+
+    def start(self) -> None:
+        self.discovery.refresh()
+        if self.settings.metrics_address:
+            self.server = MetricsServer(self.settings.metrics_address, build_registry(self.collector))
+
+    def write_outputs(self) -> NpuInfo | None:
+        """Re-discover, then rewrite (or, with no NPU, remove) the NFD file and rewrite the textfile."""
+        info = self.discovery.refresh()
+        settings = self.settings
+        if settings.nfd_dir is not None:
+            if info is not None:
+                expiry = settings.expiry_seconds()
+                expires_at = self._now() + timedelta(seconds=expiry) if expiry else None
+                write_feature_file(settings.nfd_dir, info, expires_at)
+            elif remove_feature_file(settings.nfd_dir):
+                log.info("removed %s/rknpu: no NPU, so no NPU labels", settings.nfd_dir)
+        if settings.textfile_dir is not None:
+            write_textfile(settings.textfile_dir, self.textfile_registry)
+        return info
+
+    def run(self, stop: threading.Event) -> None:
+        """Write every interval until ``stop`` is set."""
+        while True:
+            try:
+                self.write_outputs()
+            except OSError as exc:
+                log.error("writing outputs failed (will retry): %s", exc)
+            if stop.wait(self.settings.interval):
+                return
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        if self.pod_resources is not None:
+            self.pod_resources.close()
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _install_stop_signals(stop: threading.Event) -> None:
+    def handle(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, handle)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run rknpu-exporter; returns the exit code (0 ok, 1 no usable NPU with --once, 2 usage)."""
+    exporter: Exporter | None = None
+    try:
+        settings = parse_settings(sys.argv[1:] if argv is None else argv)
+        _configure_logging(settings.log_level)
+        exporter = Exporter(settings)
+        if settings.once:
+            info = exporter.write_outputs()
+            error = exporter.discovery.error
+            if info is None and error is not None:
+                raise error
+            return 0
+        stop = threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            _install_stop_signals(stop)
+        exporter.start()
+        exporter.run(stop)
+        return 0
+    except RknnLaunchError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if exporter is not None:
+            exporter.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

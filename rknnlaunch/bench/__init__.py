@@ -1,0 +1,1 @@
+"""The benchmark engine behind `rknnlaunch bench`: timed cases, statistics, tables, JSON and plots."""

@@ -1,0 +1,408 @@
+"""The benchmark engine behind `rknnlaunch bench`: timed pre/infer/post per core set and for a pool.
+
+Honest by construction: every iteration letterboxes the source image, runs the model and decodes
+its fresh outputs (nothing is cached across iterations), times with `time.perf_counter_ns`, and
+keeps warm-up iterations out of the statistics (they are reported separately). Runtimes come from
+an injected ``open_runtime(cores)`` factory, so the NPU path is testable with fakes.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from .._errors import BackendUnavailableError, RknnLaunchError
+from ..npu import format_cores
+from ..yolo import Letterboxer, YoloDecoder
+
+STAGES = ("pre", "infer", "post", "total")
+SCHEMA = "rknnlaunch.bench/1"
+
+
+class BenchRuntime(Protocol):
+    """The part of a `rknnlaunch.Runtime` the bench uses."""
+
+    label: str
+
+    def infer(self, x: Any) -> list[np.ndarray]: ...
+
+    def close(self) -> None: ...
+
+
+OpenRuntime = Callable[[frozenset[int] | None], BenchRuntime]
+"""Opens one runtime on exactly these NPU cores (None: the CPU backend / the default)."""
+MakePipeline = Callable[[], tuple[Letterboxer, YoloDecoder]]
+"""A fresh letterboxer + decoder (one per thread: the letterbox buffer is reused)."""
+Progress = Callable[[str, int, int], None]
+"""progress(case name, iterations done, iterations total) - called from worker threads too."""
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One thing to measure: a single runtime on a core set, or a pool of per-core runtimes."""
+
+    name: str
+    kind: Literal["single", "pool"]
+    cores: frozenset[int] | None
+    """The cores of the single runtime (None: CPU), or all cores of the pool."""
+    instances: tuple[frozenset[int], ...] = ()
+    """Pool only: the core set of each runtime (one per core)."""
+    threads: int = 1
+
+
+def single_case(cores: frozenset[int] | None) -> BenchCase:
+    name = "cpu" if cores is None else f"cores {format_cores(cores)}"
+    return BenchCase(name, "single", cores)
+
+
+def pool_case(cores: frozenset[int], threads: int | None = None) -> BenchCase:
+    """One runtime per core of ``cores``, driven by ``threads`` threads (default: one per runtime)."""
+    instances = tuple(frozenset({core}) for core in sorted(cores))
+    count = threads if threads is not None else len(instances)
+    return BenchCase(f"pool {format_cores(cores)} x{count}t", "pool", frozenset(cores), instances, count)
+
+
+@dataclass
+class CaseResult:
+    """Raw per-iteration timings of one case, in nanoseconds, warm-up excluded."""
+
+    case: BenchCase
+    label: str = ""
+    warmup_ns: list[int] = field(default_factory=list)
+    pre_ns: list[int] = field(default_factory=list)
+    infer_ns: list[int] = field(default_factory=list)
+    post_ns: list[int] = field(default_factory=list)
+    total_ns: list[int] = field(default_factory=list)
+    wall_ns: int = 0
+    detections: int = 0
+    error: str | None = None
+
+    @property
+    def iterations(self) -> int:
+        return len(self.total_ns)
+
+    @property
+    def fps(self) -> float:
+        """Frames per second over the timed wall-clock span (pools overlap frames)."""
+        return self.iterations / (self.wall_ns / 1e9) if self.wall_ns > 0 else 0.0
+
+    def record(self, pre_ns: int, infer_ns: int, post_ns: int, detections: int) -> None:
+        """Add one timed (not warm-up) frame."""
+        self.pre_ns.append(pre_ns)
+        self.infer_ns.append(infer_ns)
+        self.post_ns.append(post_ns)
+        self.total_ns.append(pre_ns + infer_ns + post_ns)
+        self.detections = detections
+
+    def stage(self, name: str) -> list[int]:
+        values: list[int] = getattr(self, f"{name}_ns")
+        return values
+
+    def stats(self) -> dict[str, dict[str, float]]:
+        return {name: summarise(self.stage(name)) for name in STAGES}
+
+
+def summarise(values_ns: Sequence[int]) -> dict[str, float]:
+    """p50/p90/p99/mean/min/max in milliseconds (all 0.0 when there are no values)."""
+    if not values_ns:
+        return dict.fromkeys(("p50_ms", "p90_ms", "p99_ms", "mean_ms", "min_ms", "max_ms"), 0.0)
+    ms = np.asarray(values_ns, np.float64) / 1e6
+    p50, p90, p99 = np.percentile(ms, [50, 90, 99])
+    return {
+        "p50_ms": float(p50),
+        "p90_ms": float(p90),
+        "p99_ms": float(p99),
+        "mean_ms": float(ms.mean()),
+        "min_ms": float(ms.min()),
+        "max_ms": float(ms.max()),
+    }
+
+
+def _one_frame(
+    runtime_infer: Callable[[Any], list[np.ndarray]],
+    image: npt.NDArray[np.uint8],
+    boxer: Letterboxer,
+    decoder: YoloDecoder,
+) -> tuple[int, int, int, int]:
+    start = time.perf_counter_ns()
+    tensor, info = boxer(image)
+    letterboxed = time.perf_counter_ns()
+    outputs = runtime_infer(tensor)
+    inferred = time.perf_counter_ns()
+    found = decoder(outputs, info)
+    done = time.perf_counter_ns()
+    return letterboxed - start, inferred - letterboxed, done - inferred, len(found)
+
+
+def run_single(
+    case: BenchCase,
+    open_runtime: OpenRuntime,
+    image: npt.NDArray[np.uint8],
+    make_pipeline: MakePipeline,
+    warmup: int,
+    iterations: int,
+    progress: Progress | None = None,
+) -> CaseResult:
+    """Warm up, then time ``iterations`` frames one after another on one runtime."""
+    result = CaseResult(case)
+    runtime = open_runtime(case.cores)
+    try:
+        result.label = runtime.label
+        boxer, decoder = make_pipeline()
+        total = warmup + iterations
+        span_start = 0
+        for index in range(total):
+            if index == warmup:
+                span_start = time.perf_counter_ns()
+            pre, infer, post, found = _one_frame(runtime.infer, image, boxer, decoder)
+            if index < warmup:
+                result.warmup_ns.append(pre + infer + post)
+            else:
+                result.record(pre, infer, post, found)
+            if progress is not None:
+                progress(case.name, index + 1, total)
+        result.wall_ns = time.perf_counter_ns() - span_start if iterations else 0
+    finally:
+        runtime.close()
+    return result
+
+
+def run_pool(
+    case: BenchCase,
+    open_runtime: OpenRuntime,
+    image: npt.NDArray[np.uint8],
+    make_pipeline: MakePipeline,
+    warmup: int,
+    iterations: int,
+    progress: Progress | None = None,
+) -> CaseResult:
+    """``case.threads`` threads share one runtime per core: each thread letterboxes, takes a free
+    runtime, infers (the wait for a free runtime counts as infer), gives it back and decodes.
+
+    Warm-up: ``warmup`` frames per runtime in total (at least; rounded up to whole frames per
+    thread), shared out by the free-runtime queue, before the timed span, which all threads start
+    together at a barrier. FPS = timed frames / timed wall clock.
+    """
+    result = CaseResult(case)
+    runtimes: list[BenchRuntime] = []
+    try:
+        for cores in case.instances:
+            runtimes.append(open_runtime(cores))
+        result.label = " + ".join(runtime.label for runtime in runtimes)
+        free: queue.SimpleQueue[BenchRuntime] = queue.SimpleQueue()
+        for runtime in runtimes:
+            free.put(runtime)
+
+        def pooled_infer(tensor: Any) -> list[np.ndarray]:
+            runtime = free.get()
+            try:
+                return runtime.infer(tensor)
+            finally:
+                free.put(runtime)
+
+        threads = max(1, case.threads)
+        warm_each = -(-warmup * len(runtimes) // threads)  # ceil(warmup x runtimes / threads)
+        total = warm_each * threads + iterations
+        lock = threading.Lock()
+        counter = {"next": 0, "done": 0}
+        span: list[int] = []
+        failures: list[BaseException] = []
+        start_line = threading.Barrier(threads, action=lambda: span.append(time.perf_counter_ns()))
+
+        def tick() -> None:
+            if progress is not None:
+                with lock:
+                    counter["done"] += 1
+                    done = counter["done"]
+                progress(case.name, done, total)
+
+        def worker() -> None:
+            boxer, decoder = make_pipeline()
+            try:
+                for _ in range(warm_each):
+                    pre, infer, post, _found = _one_frame(pooled_infer, image, boxer, decoder)
+                    with lock:
+                        result.warmup_ns.append(pre + infer + post)
+                    tick()
+                start_line.wait()
+                while True:
+                    with lock:
+                        if counter["next"] >= iterations or failures:
+                            return
+                        counter["next"] += 1
+                    pre, infer, post, found = _one_frame(pooled_infer, image, boxer, decoder)
+                    with lock:
+                        result.record(pre, infer, post, found)
+                    tick()
+            except threading.BrokenBarrierError:
+                return
+            except BaseException as exc:
+                with lock:
+                    failures.append(exc)
+                start_line.abort()
+
+        workers: list[threading.Thread] = []
+        try:
+            # Started inside the try: fast workers can see Ctrl-C arrive before the last one starts.
+            for i in range(threads):
+                workers.append(threading.Thread(target=worker, name=f"bench-{i}"))
+                workers[-1].start()
+            for thread in workers:
+                thread.join()
+        except BaseException as exc:  # Ctrl-C in the main thread: stop the workers before closing
+            with lock:
+                failures.append(exc)
+            start_line.abort()
+            for thread in workers:
+                if thread.ident is not None:
+                    thread.join()
+            raise
+        if failures:
+            raise failures[0]
+        result.wall_ns = time.perf_counter_ns() - span[0] if span and iterations else 0
+    finally:
+        for runtime in runtimes:
+            runtime.close()
+    return result
+
+
+def run_cases(
+    cases: Sequence[BenchCase],
+    open_runtime: OpenRuntime,
+    image: npt.NDArray[np.uint8],
+    make_pipeline: MakePipeline,
+    warmup: int,
+    iterations: int,
+    progress: Progress | None = None,
+) -> list[CaseResult]:
+    """Run every case in turn. A case whose runtime fails to open or run is recorded with its
+    error (the message says what to do) and the others still run; a missing backend (no
+    rknn-toolkit-lite2 / onnxruntime) stops the run at once, as no case could succeed."""
+    results = []
+    for case in cases:
+        runner = run_pool if case.kind == "pool" else run_single
+        try:
+            results.append(runner(case, open_runtime, image, make_pipeline, warmup, iterations, progress))
+        except BackendUnavailableError:
+            raise
+        except RknnLaunchError as exc:
+            results.append(CaseResult(case, error=str(exc)))
+    return results
+
+
+def case_json(result: CaseResult) -> dict[str, Any]:
+    """One case of the JSON report (see `report_json`)."""
+    case = result.case
+    return {
+        "name": case.name,
+        "kind": case.kind,
+        "cores": None if case.cores is None else sorted(case.cores),
+        "instances": [sorted(cores) for cores in case.instances],
+        "threads": case.threads,
+        "label": result.label,
+        "error": result.error,
+        "warmup_iterations": len(result.warmup_ns),
+        "iterations": result.iterations,
+        "wall_ns": result.wall_ns,
+        "fps": result.fps,
+        "detections_last_frame": result.detections,
+        "stats": result.stats(),
+        "raw_ns": {name: list(result.stage(name)) for name in STAGES} | {"warmup": list(result.warmup_ns)},
+    }
+
+
+def report_json(results: Sequence[CaseResult], context: dict[str, Any]) -> dict[str, Any]:
+    """The `--json` document: ``context`` (backend, host, npu, runtime, model, image, settings)
+    plus ``schema`` and one entry per case under ``cases``."""
+    return {"schema": SCHEMA, **context, "cases": [case_json(result) for result in results]}
+
+
+def table_rows(results: Sequence[CaseResult]) -> list[list[str]]:
+    """Rows of the end-of-run table: case, FPS, then p50/p90/p99 of each stage in ms."""
+    rows = []
+    for result in results:
+        if result.error is not None:
+            rows.append([result.case.name, "failed", result.error.splitlines()[0]])
+            continue
+        stats = result.stats()
+        row = [result.case.name, f"{result.fps:.1f}"]
+        for name in STAGES:
+            s = stats[name]
+            row.append("/".join(_ms(s[key]) for key in ("p50_ms", "p90_ms", "p99_ms")))
+        row.append(str(result.detections))
+        rows.append(row)
+    return rows
+
+
+def _ms(value: float) -> str:
+    """Three significant digits or so: 0.412, 12.4, 703."""
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+TABLE_HEADER = [
+    "case",
+    "FPS",
+    "pre ms p50/p90/p99",
+    "infer ms p50/p90/p99",
+    "post ms p50/p90/p99",
+    "total ms p50/p90/p99",
+    "dets",
+]
+
+
+def plain_table(results: Sequence[CaseResult]) -> str:
+    """The table as aligned plain text (when rich is not installed)."""
+    rows = [TABLE_HEADER, *table_rows(results)]
+    widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(len(TABLE_HEADER))]
+    return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)
+
+
+def plot(results: Sequence[CaseResult], path: str, title: str) -> None:
+    """Write a PNG: total-latency distribution per case (left) and throughput per case (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in results if r.error is None and r.iterations]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    try:
+        names = [r.case.name for r in ok]
+        if ok:
+            data = [np.asarray(r.total_ns, np.float64) / 1e6 for r in ok]
+            parts = left.violinplot(data, showmedians=True, showextrema=True)
+            for body, result in zip(parts["bodies"], ok, strict=True):
+                body.set_facecolor("tab:orange" if result.case.kind == "pool" else "tab:blue")
+                body.set_alpha(0.6)
+            infer = [np.median(np.asarray(r.infer_ns, np.float64) / 1e6) for r in ok]
+            left.scatter(
+                range(1, len(ok) + 1), infer, marker="_", s=300, color="black", zorder=3, label="infer p50"
+            )
+            left.legend(loc="upper left", fontsize=8)
+            left.set_xticks(range(1, len(ok) + 1), names, rotation=20, ha="right")
+            fps = [r.fps for r in ok]
+            colours = ["tab:orange" if r.case.kind == "pool" else "tab:blue" for r in ok]
+            bars = right.bar(range(len(ok)), fps, color=colours)
+            right.bar_label(bars, fmt="%.1f", fontsize=8)
+            right.set_xticks(range(len(ok)), names, rotation=20, ha="right")
+        else:
+            left.text(0.5, 0.5, "no successful case", ha="center", va="center", transform=left.transAxes)
+        left.set_ylabel("latency per frame, ms (pre + infer + post)")
+        left.set_title("latency distribution")
+        left.set_ylim(bottom=0)
+        left.grid(axis="y", alpha=0.3)
+        right.set_ylabel("frames per second")
+        right.set_title("throughput (pool in orange)")
+        right.grid(axis="y", alpha=0.3)
+        fig.suptitle(title, fontsize=10)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)

@@ -1,0 +1,1 @@
+"""The `rknnlaunch` command line: commands imported lazily, errors mapped to exit codes in one place."""

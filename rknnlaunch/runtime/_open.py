@@ -1,0 +1,336 @@
+"""`rknnlaunch.open`: one RKNNLite context on the allocated NPU cores (or the CPU backend), with reasons.
+
+Every RKNNLite return code is checked; -1 becomes a `RuntimeInitError` carrying the runtime's own
+log lines. `init_runtime` runs under one process-wide lock (concurrent initialisation has crashed
+the rknpu driver), and the mask passed is always the pinned mask the SoC accepts, never AUTO on a
+multi-core NPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from .._errors import (
+    DiscoveryError,
+    InferenceError,
+    MaskError,
+    ModelError,
+    RuntimeInitError,
+    UsageError,
+)
+from ..model._files import require_file
+from ..model._rknnfile import read_rknn
+from ..npu import (
+    HostRoot,
+    format_cores,
+    mask_name,
+    models_compatible,
+    rknnlite_mask,
+    runnable_groups,
+)
+from ..settings._allocation import NpuTarget, find_npu, select_cores
+from ..settings._env import NpuSettings, load_settings
+from . import _dtcompat
+from ._closing import ClosesOnExit
+from ._cpu import CpuRuntime, as_nhwc_batch
+from ._rknnlite import RknnLiteFactory, RknnLiteLike, capture_runtime_log, load_rknnlite
+
+Backend = Literal["auto", "npu", "cpu"]
+BACKENDS: tuple[str, ...] = ("auto", "npu", "cpu")
+
+_INIT_LOCK = threading.Lock()
+"""Serialises RKNNLite load/init across the whole process (and captures their log cleanly)."""
+
+
+class Runtime(Protocol):
+    """What `open` returns, NPU or CPU alike."""
+
+    backend: str
+    label: str
+    cores: frozenset[int]
+
+    def infer(self, x: Any) -> list[np.ndarray]: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Runtime: ...
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+
+def make_compatible_visible(settings: NpuSettings, host: HostRoot) -> str | None:
+    """Install the /proc/device-tree/compatible redirect when RKNNLite could not read it otherwise."""
+    if not settings.compatible_file:
+        return None
+    try:
+        local = host.open_path(settings.compatible_file)
+    except OSError:
+        return None
+    replacement = _dtcompat.replacement_for(settings.compatible_file, local)
+    if replacement is not None:
+        _dtcompat.install_redirect(replacement)
+    return replacement
+
+
+class NpuRuntime(ClosesOnExit):
+    """One initialised RKNNLite context pinned to a core set. Not for sharing across threads."""
+
+    backend = "npu"
+
+    def __init__(self, lite: RknnLiteLike, model: Path, soc: str, cores: frozenset[int], mask: int) -> None:
+        self._lite = lite
+        self.model = model
+        self.soc = soc
+        self.cores = cores
+        self.mask = mask
+        word = "core" if len(cores) == 1 else "cores"
+        self.label = f"NPU {soc} {word} {format_cores(cores)} (mask {mask})"
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def infer(self, x: Any) -> list[np.ndarray]:
+        """Run the model on NHWC uint8 ``x`` (batch dim added if missing); returns the raw outputs."""
+        batch = as_nhwc_batch(x)
+        with self._lock:
+            if self._closed:
+                raise InferenceError("this runtime is closed", "open a new one with rknnlaunch.open()")
+            outputs = self._lite.inference(inputs=[batch])
+        if outputs is None:
+            raise InferenceError(
+                f"RKNNLite.inference returned no outputs on {self.label} "
+                f"for input {batch.shape} {batch.dtype}",
+                "the runtime's reason is in its log on stderr; check the input matches the model "
+                "(`rknnlaunch model inspect MODEL`)",
+            )
+        return [np.asarray(output) for output in outputs]
+
+    def close(self) -> None:
+        """Release the RKNNLite context (idempotent)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._lite.release()
+
+    def __del__(self) -> None:  # a forgotten close() must not leak the NPU context
+        if not getattr(self, "_closed", True):
+            with contextlib.suppress(Exception):
+                self.close()
+
+    def __repr__(self) -> str:
+        return f"<NpuRuntime {self.label!r}>"
+
+
+def diagnose(lines: Iterable[str], late_redirect: bool = False) -> str:
+    """A fix for the most common RKNNLite failures, from the lines it logged."""
+    text = "\n".join(lines).lower()
+    if "invalid rknn model version" in text:
+        return (
+            "the model was built by a newer rknn-toolkit2 than /usr/lib/librknnrt.so: install a "
+            "librknnrt.so at least as new as the toolkit (`rknnlaunch doctor --model MODEL`)"
+        )
+    if ("specify the target" in text or "unsupported run platform" in text) and late_redirect:
+        return (
+            "rknnlite was imported before rknnlaunch could redirect /proc/device-tree/compatible (its "
+            "compiled modules cache `open` at import): call rknnlaunch.open() before importing rknnlite "
+            "yourself, or start the program with `rknnlaunch run -- ...`"
+        )
+    if "specify the target" in text or "unsupported run platform" in text:
+        return (
+            "RKNNLite could not read /proc/device-tree/compatible: run in a pod that requests "
+            "rockchip.com/npu (the plugin mounts RKNN_NPU_COMPATIBLE_FILE and rknnlaunch redirects "
+            "RKNNLite to it)"
+        )
+    if "core mode" in text or "core_mask" in text:
+        return "the runtime rejected the core mask: let rknnlaunch pick it (no cores=), or use Pool"
+    if "does not support simulator" in text:
+        return "RKNNLite only runs on the aarch64 board; on this machine use backend='cpu'"
+    if "librknnrt" in text or "dynamic library" in text:
+        return "install librknnrt.so at /usr/lib/librknnrt.so (the rknnlaunch base image does)"
+    if "permission denied" in text or "failed to open" in text:
+        return "the NPU device node is not usable here: run `rknnlaunch doctor` for the node and group to fix"
+    return "run `rknnlaunch doctor --model MODEL` for a full check of driver, runtime, device nodes and model"
+
+
+def _check_model(path: Path, target: NpuTarget) -> None:
+    info = read_rknn(path)
+    soc = target.info.soc
+    if info.target_platforms and not any(models_compatible(p, soc) for p in info.target_platforms):
+        raise ModelError(
+            f"{path} was built for {', '.join(info.target_platforms)}, but this board is {soc.name}",
+            f"re-export it with rknn-toolkit2 using rknn.config(target_platform='{soc.name}')",
+        )
+
+
+def open_npu(
+    model: Path,
+    target: NpuTarget,
+    cores: frozenset[int],
+    factory: RknnLiteFactory,
+    late_redirect: bool = False,
+) -> NpuRuntime:
+    """Load and initialise one RKNNLite context on ``cores`` (must be runnable as one context).
+
+    ``late_redirect``: the compatible redirect was installed after rknnlite was imported (it then
+    cannot take effect; the error says so).
+    """
+    allocation = target.allocation
+    mask = rknnlite_mask(allocation.soc, cores, allocation.core_count)
+    lite = factory()
+    try:
+        with _INIT_LOCK:
+            with capture_runtime_log() as load_log:
+                code = lite.load_rknn(os.fspath(model))
+            if code != 0:
+                raise RuntimeInitError(
+                    f"RKNNLite.load_rknn({os.fspath(model)!r}) returned {code}",
+                    diagnose(load_log.lines),
+                    load_log.lines,
+                )
+            with capture_runtime_log() as init_log:
+                code = lite.init_runtime(core_mask=mask)
+            if code != 0:
+                raise RuntimeInitError(
+                    f"RKNNLite.init_runtime(core_mask={mask} ({mask_name(mask)})) returned {code} on "
+                    f"{allocation.soc.name} cores {format_cores(cores)}",
+                    diagnose(init_log.lines, late_redirect),
+                    init_log.lines,
+                )
+    except BaseException:
+        lite.release()
+        raise
+    return NpuRuntime(lite, model, allocation.soc.name, cores, mask)
+
+
+def onnx_for(model: Path) -> Path:
+    """The ONNX model for the CPU backend: ``model`` itself, or the .onnx next to an .rknn file."""
+    if model.suffix.lower() == ".onnx":
+        return model
+    require_file(model, "model file", "pass the path of an existing .rknn or .onnx file", ModelError)
+    if model.suffix.lower() != ".rknn":
+        raise ModelError(
+            f"{model} is neither an .rknn nor an .onnx model (by its name)",
+            "pass the .rknn export (NPU) or the .onnx model (CPU backend)",
+        )
+    sibling = model.with_suffix(".onnx")
+    if sibling.is_file():
+        return sibling
+    raise ModelError(
+        f"the CPU backend needs an ONNX model, and there is no {sibling.name} next to {model}",
+        "pass the .onnx export of the model, or put it next to the .rknn file with the same name",
+    )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to open: the CPU (with why) or NPU core groups."""
+
+    backend: str
+    model: Path
+    cpu_reason: str | None = None
+    cpu_detail: str | None = None
+    target: NpuTarget | None = None
+    groups: tuple[frozenset[int], ...] = ()
+
+
+def plan(
+    model: str | os.PathLike[str],
+    cores: Iterable[int] | str | None,
+    backend: str,
+    settings: NpuSettings,
+    split: bool,
+    per_core: bool = False,
+) -> Plan:
+    """Decide the backend and the core groups.
+
+    ``split``: the fewest runnable groups (Pool; {0,2} -> {0}, {2}); ``per_core``: one group per core
+    (Pool(per_core=True), for throughput: one context per core, each fed by its own thread).
+    """
+    if backend not in BACKENDS:
+        raise UsageError(f"backend={backend!r} is not a backend", "use 'auto', 'npu' or 'cpu'")
+    path = Path(model)
+    if backend == "cpu":
+        if cores is not None:
+            raise UsageError("cores= was given with backend='cpu'", "drop cores= or use backend='npu'")
+        return Plan("cpu", onnx_for(path), "backend='cpu' requested")
+    try:
+        target = find_npu(settings)
+    except DiscoveryError as exc:
+        if backend == "npu":
+            raise
+        return Plan("cpu", onnx_for(path), "no NPU found", cpu_detail=exc.problem)
+    if path.suffix.lower() == ".onnx":
+        if backend == "npu":
+            raise ModelError(
+                f"the NPU runs .rknn models; {path} is an ONNX model",
+                "convert it with rknn-toolkit2 (load_onnx, build, export_rknn), or use backend='cpu'",
+            )
+        return Plan("cpu", path, "model is ONNX (the NPU needs its .rknn export)")
+    chosen = select_cores(target.allocation, cores)
+    allocation = target.allocation
+    if split and per_core and allocation.soc.core_mask_settable:
+        groups = tuple(frozenset({core}) for core in sorted(chosen))
+    elif split:
+        groups = runnable_groups(allocation.soc, chosen, allocation.core_count)
+    else:
+        try:
+            rknnlite_mask(allocation.soc, chosen, allocation.core_count)
+        except MaskError as exc:
+            raise MaskError(exc.problem, f"{exc.fix}; rknnlaunch.Pool does that for you") from None
+        groups = (chosen,)
+    _check_model(path, target)
+    return Plan("npu", path, target=target, groups=groups)
+
+
+def open_plan(the_plan: Plan, settings: NpuSettings, rknnlite: RknnLiteFactory | None) -> list[Runtime]:
+    """Open every runtime of ``the_plan``; on failure close the ones already open."""
+    if the_plan.backend == "cpu":
+        return [CpuRuntime(the_plan.model, the_plan.cpu_reason or "", detail=the_plan.cpu_detail)]
+    target = the_plan.target
+    assert target is not None
+    # Before rknnlite is imported: its compiled modules cache `open` at import time.
+    imported_already = "rknnlite.api" in sys.modules and _dtcompat.redirect_target() is None
+    late_redirect = make_compatible_visible(settings, target.host) is not None and imported_already
+    factory = rknnlite if rknnlite is not None else load_rknnlite()
+    opened: list[Runtime] = []
+    try:
+        for group in the_plan.groups:
+            opened.append(open_npu(the_plan.model, target, group, factory, late_redirect))
+    except BaseException:
+        for runtime in opened:
+            runtime.close()
+        raise
+    return opened
+
+
+def open(
+    model: str | os.PathLike[str],
+    cores: Iterable[int] | str | None = None,
+    backend: str = "auto",
+    *,
+    settings: NpuSettings | None = None,
+    rknnlite: RknnLiteFactory | None = None,
+) -> Runtime:
+    """Open ``model`` on the NPU cores allocated to this container (or the CPU), ready for ``infer``.
+
+    ``cores``: a subset of the allocation (``[0]``, ``"0,1"``, ``"0x3"``); default all allocated
+    cores, which must run as one context (use `Pool` for {0,2}). ``backend``: ``"auto"`` (NPU,
+    else the CPU when no NPU is found), ``"npu"`` or ``"cpu"``. ``settings`` defaults to the
+    environment; ``rknnlite`` makes RKNNLite instances (default: the real rknn-toolkit-lite2).
+    Raises a `RknnLaunchError` subclass whose message says what to do.
+    """
+    settings = settings if settings is not None else load_settings()
+    the_plan = plan(model, cores, backend, settings, split=False)
+    return open_plan(the_plan, settings, rknnlite)[0]

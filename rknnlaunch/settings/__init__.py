@@ -1,0 +1,1 @@
+"""What this container was given: its settings (injected env) and the NPU allocation they resolve to."""
