@@ -45,7 +45,8 @@ class UnknownSocError(DiscoveryError):
 
 
 class SettingsError(UsageError):
-    """An RKNN_NPU_* / RKNNLAUNCH_* environment variable has a value we cannot use."""
+    """A setting (RKNN_NPU_*, RKNNLAUNCH_*, or a command's flag or its environment twin) has a value
+    we cannot use."""
 
 
 class ModelError(RknnLaunchError):

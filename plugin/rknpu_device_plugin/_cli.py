@@ -6,50 +6,49 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from rknnlaunch import RknnLaunchError, UsageError, __version__
+from rknnlaunch import UsageError, __version__
+from rknnlaunch._entry import StopEvent, end_server_process, run_main, stop_on_signals
 from rknnlaunch.npu import HostRoot, soc_by_name
 
 from ._events import NullEvents, PluginEvents, TeeEvents
 from ._files import write_atomic
-from ._log import get_logger, setup_logging
+from ._log import LOGGER_NAME, get_logger, setup_logging
 from ._settings import PluginSettings, build_parser, settings_from
 from .devices._policy import cdi_spec
 
 if TYPE_CHECKING:
     from .devices._manager import ResourceManager
 
+PROG = "rknpu-device-plugin"
 SHUTDOWN_JOIN_SECONDS = 1.5
 _log = get_logger()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the plugin until SIGTERM/SIGINT; 0 on a clean stop, 1 on failure, 2 on bad settings."""
-    try:
-        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-        if getattr(args, "version", False):
-            print(f"rknpu-device-plugin {__version__}")
-            return 0
-        settings = settings_from(args)
-    except UsageError as exc:
-        print(f"rknpu-device-plugin: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    """Run the plugin until SIGTERM/SIGINT; exit codes as in `rknnlaunch._entry` (0 on a clean
+    stop, 1 on failure, 2 on bad settings). Run as the program (``argv`` None), the process ends
+    here, without interpreter teardown (`end_server_process`)."""
+    if argv is not None:
+        return run_main(PROG, lambda: _main(argv), LOGGER_NAME)
+    end_server_process(run_main(PROG, lambda: _main(sys.argv[1:]), LOGGER_NAME))
+
+
+def _main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    if getattr(args, "version", False):
+        print(f"{PROG} {__version__}")
+        return 0
+    settings = settings_from(args)
     stop_logging = setup_logging(settings.log_format, settings.log_level)
     try:
         return run(settings)
-    except RknnLaunchError as exc:
-        _log.error(str(exc))
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return 0
     finally:
         stop_logging()
 
@@ -64,7 +63,7 @@ def run(settings: PluginSettings) -> int:
     from .kubelet._service import DevicePluginService
 
     host = HostRoot(settings.host_root)
-    stop = threading.Event()
+    stop = StopEvent()
     stoppers: list[Callable[[], None]] = []
     metrics_module = _metrics_module() if settings.metrics_address else None
     metrics: PluginEvents = metrics_module.PluginMetrics() if metrics_module is not None else NullEvents()
@@ -143,10 +142,6 @@ def run(settings: PluginSettings) -> int:
     )
     resources.on_ready = supervisor.wake
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     threads = [
         threading.Thread(target=resources.run, args=(stop,), name="health", daemon=True),
         threading.Thread(target=supervisor.run, args=(stop,), name="supervisor", daemon=True),
@@ -172,24 +167,23 @@ def run(settings: PluginSettings) -> int:
         resources.on_ready = on_ready
         threads.append(threading.Thread(target=probe.run, args=(stop,), name="probe", daemon=True))
         closers.append(probe.close)
-    for thread in threads:
-        thread.start()
-    try:
-        stop.wait()
-    finally:
-        _log.info("stopping")
-        resources.close()
-        for close in closers:  # before the joins: a probe child in flight is killed, not awaited
-            close()
-        supervisor.wake()
-        # One budget for all threads, not one each: SIGTERM must end the process within 2 s.
-        deadline = time.monotonic() + SHUTDOWN_JOIN_SECONDS
+    with stop_on_signals(stop):
         for thread in threads:
-            thread.join(max(deadline - time.monotonic(), 0.0))
-        for stopper in stoppers:
-            stopper()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            thread.start()
+        try:
+            stop.wait()
+        finally:
+            _log.info("stopping")
+            resources.close()
+            for close in closers:  # before the joins: a probe child in flight is killed, not awaited
+                close()
+            supervisor.wake()
+            # One budget for all threads, not one each: SIGTERM must end the process within 2 s.
+            deadline = time.monotonic() + SHUTDOWN_JOIN_SECONDS
+            for thread in threads:
+                thread.join(max(deadline - time.monotonic(), 0.0))
+            for stopper in stoppers:
+                stopper()
     _log.info("stopped")
     return 0
 

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn, TypeVar, get_args
+from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from rknnlaunch import UsageError
-from rknnlaunch.npu import SOCS, soc_by_name
+from rknnlaunch._entry import (
+    LOG_FORMATS,
+    LOG_LEVELS,
+    LogFormat,
+    LogLevel,
+    UsageParser,
+    add_setting_flags,
+    check_soc_name,
+    settings_from_flags,
+)
 
 from .devices._policy import DEFAULT_RESOURCE_NAME
 from .telemetry._podresources import DEFAULT_POD_RESOURCES_SOCKET
@@ -20,13 +28,6 @@ from .telemetry._podresources import DEFAULT_POD_RESOURCES_SOCKET
 ENV_PREFIX = "RKNPU_PLUGIN_"
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 # Kubernetes extended resource names: <DNS subdomain>/<name>; "{soc}" is filled in from discovery.
-_S = TypeVar("_S", bound=BaseSettings)
-_LogLevelName = Literal["debug", "info", "warning", "error"]
-LOG_LEVELS: list[str] = list(get_args(_LogLevelName))
-LogLevel = Annotated[
-    _LogLevelName, BeforeValidator(lambda value: value.lower() if isinstance(value, str) else value)
-]
-"""A log level setting; ``INFO`` from the environment counts as ``info`` (plugin and exporter)."""
 _RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
@@ -70,7 +71,7 @@ class PluginSettings(BaseSettings):
     inotify: bool = Field(True, description="watch folders with inotify (--no-inotify polls instead)")
     cdi: bool = Field(False, description="also write a CDI spec and return cdi_devices from Allocate")
     cdi_dir: Path = Field(Path("/var/run/cdi"), description="where --cdi writes the CDI spec")
-    log_format: Literal["text", "json"] = Field("text", description="log line format")
+    log_format: LogFormat = Field("text", description="log line format")
     log_level: LogLevel = Field("info", description="log level")
     metrics_address: str | None = Field(
         None, description='serve Prometheus metrics on "host:port" (":9101" = all interfaces); default off'
@@ -173,13 +174,6 @@ class PluginSettings(BaseSettings):
         return re.sub(r"[^A-Za-z0-9_.-]", "-", self.resolved_resource_name(soc_name)) + ".sock"
 
 
-def check_soc_name(value: str | None) -> str | None:
-    """A ``--soc`` validator (plugin and exporter): the names come from the shared SoC table."""
-    if value is not None and soc_by_name(value) is None:
-        raise ValueError(f"unknown SoC {value!r}; use {', '.join(soc.name for soc in SOCS)}")
-    return value
-
-
 _FLAG_TYPES: dict[str, Any] = {
     "replicas": int,
     "health_interval": float,
@@ -188,40 +182,14 @@ _FLAG_TYPES: dict[str, Any] = {
 }
 _FLAG_CHOICES: dict[str, list[str]] = {
     "mode": ["core", "shared", "whole"],
-    "log_format": ["text", "json"],
+    "log_format": LOG_FORMATS,
     "log_level": LOG_LEVELS,
 }
 
 
-class SettingsParser(argparse.ArgumentParser):
-    """argparse that raises `UsageError` instead of exiting, so main() owns every exit code."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message, f"see `{self.prog} --help`")
-
-
-def add_setting_flags(
-    parser: argparse.ArgumentParser,
-    model: type[BaseSettings],
-    env_prefix: str,
-    types: Mapping[str, Any] = {},
-    choices: Mapping[str, list[str]] = {},
-) -> None:
-    """One ``--flag`` per settings field (booleans get ``--no-flag``), its help naming the env twin."""
-    for name, field in model.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        help_text = f"{field.description} (default: {field.default}; env {env_prefix}{name.upper()})"
-        if field.annotation is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
-        elif name in choices:
-            parser.add_argument(flag, choices=choices[name], type=str.lower, help=help_text)
-        else:
-            parser.add_argument(flag, metavar=name.upper(), type=types.get(name, str), help=help_text)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """Flags mirror the settings fields; unset flags fall back to RKNPU_PLUGIN_* and then defaults."""
-    parser = SettingsParser(
+    parser = UsageParser(
         prog="rknpu-device-plugin",
         description="Kubernetes device plugin offering Rockchip NPU cores as an extended resource "
         "(default rockchip.com/npu). Every flag can also be set as RKNPU_PLUGIN_<FLAG> (upper case, "
@@ -234,30 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from(args: argparse.Namespace) -> PluginSettings:
-    """Flags given on the command line override the environment; raises UsageError when invalid."""
+    """Flags given on the command line override the environment; raises SettingsError when invalid."""
     return settings_from_flags(PluginSettings, args, ENV_PREFIX, "rknpu-device-plugin")
-
-
-def settings_from_flags(model: type[_S], args: argparse.Namespace, env_prefix: str, prog: str) -> _S:
-    """``model`` built from the flags given (the environment fills the rest); UsageError naming the
-    flag and its environment variable when a value is invalid."""
-    given = {key: value for key, value in vars(args).items() if key in model.model_fields}
-    try:
-        return model(**given)
-    except ValidationError as exc:
-        problems = "; ".join(_describe(error["loc"], error["msg"], env_prefix) for error in exc.errors())
-        raise UsageError(
-            f"invalid {prog} settings: {problems}",
-            f"fix the flag or its {env_prefix}* environment variable (see {prog} --help)",
-        ) from None
-
-
-def _describe(loc: tuple[int | str, ...], message: str, env_prefix: str) -> str:
-    message = message.removeprefix("Value error, ")
-    if not loc:
-        return message
-    name = str(loc[0])
-    return f"--{name.replace('_', '-')} (env {env_prefix}{name.upper()}): {message}"
 
 
 def parse_settings(argv: Sequence[str]) -> PluginSettings:

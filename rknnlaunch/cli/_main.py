@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
-import os
 import sys
 from collections.abc import Sequence
 
-from .._errors import RknnLaunchError
+from .._entry import UsageParser, run_main
 from .._version import __version__
 
 # Each command lives in its own module exposing `configure(parser) -> None`, which adds the
@@ -33,17 +31,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so main() owns every exit code."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise _UsageExit(f"{self.prog}: {message}\n  fix: see `{self.prog} --help`")
-
-
-class _UsageExit(Exception):
-    pass
-
-
 def chosen_command(argv: Sequence[str]) -> str | None:
     """The command named in ``argv`` (its first non-option word), if it is one of ours."""
     for word in argv:
@@ -54,12 +41,12 @@ def chosen_command(argv: Sequence[str]) -> str | None:
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``command``'s module is imported and configured (None: none, e.g. for --help)."""
-    parser = _Parser(
+    parser = UsageParser(
         prog="rknnlaunch",
         description="Run YOLO models on the Rockchip NPU cores this container was given.",
     )
     parser.add_argument("--version", action="version", version=f"rknnlaunch {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=UsageParser)
     for name, (module, summary) in COMMANDS.items():
         subparser = sub.add_parser(name, help=summary)
         if name == command:
@@ -68,28 +55,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code (0 ok, 1 failure, 2 usage error)."""
-    try:
-        words = list(sys.argv[1:] if argv is None else argv)
-        parser = build_parser(chosen_command(words))
-        args = parser.parse_args(words)
-        if getattr(args, "handler", None) is None:
-            parser.print_help()
-            return 2
-        code: int = args.handler(args)
-        return code
-    except _UsageExit as exc:
-        print(exc, file=sys.stderr)
+    """Run the CLI; returns the process exit code (the table in `rknnlaunch._entry`)."""
+    return run_main("rknnlaunch", lambda: _main(list(sys.argv[1:] if argv is None else argv)))
+
+
+def _main(words: list[str]) -> int:
+    parser = build_parser(chosen_command(words))
+    args = parser.parse_args(words)
+    if getattr(args, "handler", None) is None:
+        parser.print_help()
         return 2
-    except RknnLaunchError as exc:
-        print(f"rknnlaunch: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("rknnlaunch: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        # The reader went away (`rknnlaunch doctor --json | head`): not worth a traceback. Point
-        # stdout at /dev/null so the interpreter's final flush does not raise again.
-        with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by the pipe
+    code: int = args.handler(args)
+    return code

@@ -132,6 +132,7 @@ DECODER_KEYS: dict[str, type | tuple[type, ...]] = {
     "layout": str,
     "kpt_shape": list,
     "anchors": list,
+    "end2end": bool,
 }
 _MAX_LITERAL_CHARS = 1 << 16  # a names dict of thousands of classes fits; a hostile blob does not
 
@@ -141,6 +142,8 @@ def _literal(value: Any) -> Any:
     if not isinstance(value, str):
         return value
     text = value.strip()
+    if text in ("True", "False"):  # Ultralytics writes end2end as a Python bool
+        return text == "True"
     if not text or len(text) > _MAX_LITERAL_CHARS or text[0] not in "[{(0123456789-":
         return text
     try:
@@ -167,7 +170,8 @@ def decoder_facts(metadata: Mapping[str, Any]) -> dict[str, Any]:
                 value = _literal(source[key])
                 if isinstance(value, tuple):
                     value = list(value)
-                if isinstance(value, expected) and not isinstance(value, bool):
+                # bool is an int subclass: only a key that expects a bool may carry one
+                if isinstance(value, expected) and (expected is bool or not isinstance(value, bool)):
                     facts[key] = value
     names = facts.get("names")
     if isinstance(names, dict):

@@ -391,8 +391,8 @@ def _decode_end2end(
     table, q = outputs[plan.table], quant[plan.table]
     rows = table.reshape(-1, table.shape[-1])
     rows_at = np.flatnonzero(rows[:, 4] >= _quantised_floor(conf, q, rows.dtype))
-    if rows_at.size == 0:
-        return _empty_found()
+    # No early return when nothing passes: the empty arrays below still carry the task's extras
+    # (mask coefficients, keypoints, angles), which the result stage expects for seg/pose/obb.
     values = _dequantise(rows[rows_at], q)
     keep = values[:, 4] >= conf
     values, rows_at = values[keep], rows_at[keep]

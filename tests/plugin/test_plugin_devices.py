@@ -13,6 +13,7 @@ from rknpu_device_plugin.devices._policy import (
     AllocationError,
     NodeExtras,
     cdi_spec,
+    check_preferred_request,
     check_request,
     container_plan,
     core_of,
@@ -178,6 +179,48 @@ def test_node_discovery_fixes_speak_to_the_operator(host_factory: Callable[[str]
     (host.root / "sys/firmware/devicetree/base/compatible").unlink()
     with pytest.raises(UnknownSocError, match=r"--soc \(env RKNPU_EXPORTER_SOC\)"):
         discover_on_node(host, None, "RKNPU_EXPORTER_")
+
+
+@pytest.mark.parametrize(
+    ("available", "why"),
+    [
+        (["npu-core-\u0661", "npu-core-2"], "an Arabic-Indic digit one is not core 1"),
+        (["npu-core-01", "npu-core-2"], "zero padding is not our form"),
+        (["npu-core-1-0", "npu-core-2"], "a replica suffix is shared mode's form"),
+        (["npu-core-1\n", "npu-core-2"], "a trailing newline is not our form"),
+    ],
+)
+def test_preferred_allocation_matches_ids_exactly_as_offered(available: list[str], why: str) -> None:
+    offered = ids(0, 1, 2)
+    assert preferred_allocation(RK3588, 3, available, [], 2, offered=offered) == ["npu-core-2"], why
+    assert preferred_allocation(RK3588, 3, available, [], 2) == ["npu-core-2"], why
+    assert core_of(available[0]) is None or available[0] == "npu-core-1-0"
+
+
+def test_preferred_request_refuses_must_include_ids_it_never_offered() -> None:
+    check_preferred_request(ids(1), ids(0, 1, 2))
+    with pytest.raises(AllocationError, match=r"unknown device ID 'npu-core-\\u0661'"):
+        check_preferred_request(["npu-core-\u0661"], ids(0, 1, 2))
+    with pytest.raises(AllocationError, match="'npu-core-1-0'"):
+        check_preferred_request(["npu-core-1-0"], ids(0, 1, 2))
+
+
+def test_refusals_stay_short_and_escaped_whatever_the_request() -> None:
+    flood = [f"npu-core-{n}\x1b[2K\r" for n in range(10_000)]
+    with pytest.raises(AllocationError) as caught:
+        check_request(flood, tuple(HEALTH), HEALTH)
+    message = str(caught.value)
+    assert len(message) < 400
+    assert (
+        "'npu-core-0\\x1b[2K\\x0d', 'npu-core-1\\x1b[2K\\x0d', 'npu-core-2\\x1b[2K\\x0d' and 9,997 more"
+        in message
+    )
+    assert "(10,000 IDs)" in message and "\x1b" not in message and "\r" not in message
+    with pytest.raises(AllocationError) as caught:
+        check_request(["x" * 1_000_000], tuple(HEALTH), HEALTH)
+    assert len(str(caught.value)) < 300 and "(1,000,000 characters)" in str(caught.value)
+    with pytest.raises(AllocationError, match="'npu-core-0' is requested twice"):
+        check_request(ids(0) * 5000, tuple(HEALTH), HEALTH)
 
 
 # --- whole mode, extra devices, the host's librknnrt -----------------------------------------------

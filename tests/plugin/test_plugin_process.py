@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -170,6 +171,29 @@ def test_bad_allocate_names_the_id_and_the_plugin_keeps_serving(
     assert allocate(stub, ["npu-core-0"]).container_responses[0].envs["RKNN_NPU_CORE_MASK"] == "1"
 
 
+def test_preferred_allocation_refuses_ids_it_never_offered(rig_factory: RigFactory) -> None:
+    stub = rig_factory("rk3588-drm").stub()
+    for must in (["npu-core-7"], ["npu-core-\u0661"], ["npu-core-01"], ["npu-core-1-0"]):
+        with pytest.raises(grpc.RpcError) as caught:
+            preferred(stub, RK3588_IDS, must, 1)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "unknown device ID" in caught.value.details()
+    # Look-alikes among the available IDs are never chosen.
+    assert preferred(stub, ["npu-core-\u0661", "npu-core-01", "npu-core-2"], [], 1) == ["npu-core-2"]
+
+
+def test_a_huge_bad_request_gets_a_short_refusal_and_a_short_log_line(rig_factory: RigFactory) -> None:
+    rig = rig_factory("rk3588-drm")
+    flood = [f"gpu-{n}\x1b[2K" for n in range(10_000)]
+    with pytest.raises(grpc.RpcError) as caught:
+        allocate(rig.stub(), flood)
+    details = caught.value.details()
+    assert len(details) < 500 and "and 9,997 more (10,000 IDs)" in details and "\x1b" not in details
+    line = rig.plugin.wait_log(lambda entry: "Allocate refused" in entry["msg"])
+    assert len(json.dumps(line)) < 1000
+    assert allocate(rig.stub(), ["npu-core-0"]).container_responses[0].envs["RKNN_NPU_CORE_MASK"] == "1"
+
+
 @pytest.mark.parametrize("watch", ["inotify", "polling"])
 def test_health_loss_and_recovery_within_a_second(rig_factory: RigFactory, watch: str) -> None:
     args = ("--no-inotify",) if watch == "polling" else ()
@@ -231,6 +255,33 @@ def test_concurrent_streams_all_get_updates_and_end_cleanly_on_shutdown(rig_fact
     for stream in streams:
         assert stream.ended.wait(2)
         assert stream.error is None  # ended by the plugin with status OK, not cut off
+
+
+def test_idle_streams_never_starve_allocate(rig_factory: RigFactory) -> None:
+    # More streams than the old server had worker threads (16): each used to pin one.
+    rig = rig_factory("rk3588-drm")
+    assert rig.registration is not None
+    held = [DeviceStream(rig.kubelet.plugin_stub(rig.registration.endpoint)) for _ in range(40)]
+    for stream in held:
+        stream.wait_for(all_health("Healthy"), timeout=20)
+    assert allocate(rig.stub(), ["npu-core-2"]).container_responses[0].envs["RKNN_NPU_CORES"] == "2"
+    assert preferred(rig.stub(), RK3588_IDS, [], 1) == ["npu-core-2"]
+    rig.plugin.signal(signal.SIGTERM)
+    assert rig.plugin.wait() == 0
+    for stream in held:
+        assert stream.ended.wait(2)
+        assert stream.error is None
+
+
+def test_plugin_socket_is_owner_only_whatever_the_umask(rig_factory: RigFactory) -> None:
+    previous = os.umask(0)  # the plugin inherits it: a socket made under it would be 0777
+    try:
+        rig = rig_factory("rk3588-drm")
+    finally:
+        os.umask(previous)
+    assert rig.registration is not None
+    mode = (rig.plugin_dir / rig.registration.endpoint).stat().st_mode
+    assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
 
 
 def test_kubelet_restart_deletes_sockets_and_the_plugin_registers_again(rig_factory: RigFactory) -> None:

@@ -37,6 +37,8 @@ ULTRALYTICS_POSE = {
         # malformed values mean "not known", never an error or a wrong type
         ({"metadata": {"names": "{'a': 1}", "imgsz": "big", "stride": "[", "task": "7"}}, {}),
         ({"metadata": {"names": "{-1: 'x'}", "kpt_shape": "True"}}, {}),
+        ({"metadata": {"end2end": "True", "task": "detect"}}, {"end2end": True, "task": "detect"}),
+        ({"metadata": {"end2end": "1"}}, {}),
         ({"metadata": "not a mapping"}, {}),
         ({}, {}),
     ],
@@ -53,4 +55,4 @@ def test_decoder_facts_table(metadata: dict[str, Any], expected: dict[str, Any])
 )
 def test_decoder_facts_never_raises(raw: dict[str, Any]) -> None:
     facts = decoder_facts({"metadata": raw})
-    assert set(facts) <= {"task", "names", "imgsz", "stride", "layout", "kpt_shape", "anchors"}
+    assert set(facts) <= {"task", "names", "imgsz", "stride", "layout", "kpt_shape", "anchors", "end2end"}

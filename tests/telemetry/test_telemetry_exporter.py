@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -257,3 +259,84 @@ def test_plugin_process_serves_its_metrics(
         assert "rknpu_registrations" in families and "rknpu_core_load_ratio" in families
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
+
+
+class _Trickler:
+    """A scrape client that sends its request one byte every 0.5 s (and never finishes)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.cut = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._trickle, daemon=True)
+        self._thread.start()
+
+    def _trickle(self) -> None:
+        request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"y" * 1000
+        for byte in request:
+            try:
+                self.sock.sendall(bytes([byte]))
+            except OSError:
+                break
+            if self._stop.wait(0.5):
+                return
+        self.cut.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("command", ["exporter", "plugin"])
+def test_sigterm_ends_the_process_whatever_a_scrape_client_does_and_every_line_is_json(
+    command: str, host_factory: Callable[[str], HostRoot], tmp_path: Path
+) -> None:
+    host = host_factory("rk3588-drm")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RKNPU_")}
+    common = ["--host-root", str(host.root), "--metrics-address", "127.0.0.1:0", "--log-format", "json"]
+    if command == "exporter":
+        argv = ["-m", "rknpu_device_plugin.telemetry._exporter", *common, "--pod-resources-socket", ""]
+    else:
+        (tmp_path / "dp").mkdir()
+        argv = ["-m", "rknpu_device_plugin", *common, "--device-plugin-dir", str(tmp_path / "dp")]
+        argv += ["--pod-resources-socket", ""]
+    proc = subprocess.Popen([sys.executable, *argv], stderr=subprocess.PIPE, text=True, env=env)
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=_read_lines, args=(proc.stderr, lines), daemon=True)
+    reader.start()
+    seen: list[dict[str, object]] = []
+
+    def next_line(timeout: float = 20) -> dict[str, object]:
+        entry = json.loads(lines.get(timeout=timeout))  # every line is JSON, or this fails
+        seen.append(entry)
+        return entry
+
+    try:
+        url = None
+        while url is None:
+            match = re.search(r"serving metrics on (http://\S+)", str(next_line()["msg"]))
+            url = match.group(1) if match else None
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        with urllib.request.urlopen(url, timeout=5) as response:
+            assert "Server" not in response.headers  # no "WSGIServer/0.2 CPython/3.x" banner
+        trickler = _Trickler(port)
+        stalled = socket.create_connection(("127.0.0.1", port))  # connects, never sends
+        try:
+            # The trickler is cut at the request deadline although it never stalls a full second.
+            assert trickler.cut.wait(15)
+            trickler2 = _Trickler(port)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=5) == 0  # the benchmark measures the exit time (< 1 s)
+            trickler2.close()
+        finally:
+            trickler.close()
+            stalled.close()
+        reader.join(5)  # stderr is at its end once the process is gone
+        while not lines.empty():
+            next_line(0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert any("went away" in str(entry["msg"]) for entry in seen), seen
+    assert not [entry for entry in seen if entry["level"] == "error"], seen

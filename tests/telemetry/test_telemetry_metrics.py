@@ -461,3 +461,32 @@ def test_busy_port_is_a_usage_error(rk3588: tuple[HostRoot, NpuInfo]) -> None:
     first = start_metrics_server("127.0.0.1:0", PluginMetrics(), host, lambda: info, "", "r.io/x")
     with first, pytest.raises(UsageError, match="cannot serve metrics"):
         start_metrics_server(f"127.0.0.1:{first.port}", PluginMetrics(), host, lambda: info, "", "r.io/x")
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /metrics extra HTTP/1.1\r\n\r\n",
+    ],
+)
+def test_no_server_banner_on_any_answer(rk3588: tuple[HostRoot, NpuInfo], request_bytes: bytes) -> None:
+    host, info = rk3588
+    with (
+        start_metrics_server(
+            "127.0.0.1:0", PluginMetrics(), host, lambda: info, "", "rockchip.com/npu"
+        ) as srv,
+        socket.create_connection(("127.0.0.1", srv.port)) as client,
+    ):
+        client.sendall(request_bytes)
+        client.settimeout(5)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = client.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    head = answer.split(b"\r\n\r\n")[0].decode()
+    assert head.startswith("HTTP/1.")
+    assert "server:" not in head.lower() and "python" not in head.lower()

@@ -2,8 +2,8 @@
 
 Health is event driven (inotify on the device nodes' folders) with a periodic re-check of the
 driver (re-discovery), AND the functional probe's verdict per core (`set_probe_failures`, fed by
-`_probe.ProbeLoop`). Every ListAndWatch stream has its own queue; each health change pushes the
-whole device list to every queue; `close()` ends every stream.
+`_probe.ProbeLoop`). Every ListAndWatch stream subscribes a sink of its own; each health change
+pushes the whole device list to every sink; `close()` ends every stream (None).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import queue
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from rknnlaunch import DiscoveryError
 from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec
@@ -39,6 +40,13 @@ class DeviceState:
 
     def devices(self) -> list[tuple[str, bool]]:
         return [(device_id, self.health[device_id]) for device_id in self.ids]
+
+
+class StateSink(Protocol):
+    """Where a ListAndWatch stream receives states (None: end of stream). ``put`` must not block:
+    it is called under the manager's lock (a `queue.Queue`, or a hand-over to an event loop)."""
+
+    def put(self, item: DeviceState | None) -> None: ...
 
 
 class ResourceManager:
@@ -75,7 +83,7 @@ class ResourceManager:
         self._probe_pending: frozenset[int] = frozenset()
         self._absent: set[str] = set()
         self._last_error: str | None = None
-        self._subscribers: set[queue.Queue[DeviceState | None]] = set()
+        self._subscribers: set[StateSink] = set()
         self._closed = False
         self._watcher: FolderWatcher | None = None
         self.when_missing = "registering nothing and re-scanning for a late driver load"
@@ -106,16 +114,16 @@ class ResourceManager:
         with self._lock:
             return self._state
 
-    def subscribe(self) -> queue.Queue[DeviceState | None]:
-        """A new stream's queue; it starts with the current full list (None = end of stream)."""
-        subscription: queue.Queue[DeviceState | None] = queue.Queue()
+    def subscribe(self, sink: StateSink | None = None) -> StateSink:
+        """Subscribe ``sink`` (default: a new queue.Queue); it first gets the current full list."""
+        subscription: StateSink = sink if sink is not None else queue.Queue()
         with self._lock:
             subscription.put(None if self._closed else self._state)
             if not self._closed:
                 self._subscribers.add(subscription)
         return subscription
 
-    def unsubscribe(self, subscription: queue.Queue[DeviceState | None]) -> None:
+    def unsubscribe(self, subscription: StateSink) -> None:
         with self._lock:
             self._subscribers.discard(subscription)
         subscription.put(None)

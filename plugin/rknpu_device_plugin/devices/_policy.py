@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -22,6 +23,8 @@ from rknnlaunch.npu import (
     runnable_groups,
 )
 
+from .._bounded import quote_ids
+
 Mode = Literal["core", "shared", "whole"]
 
 DEFAULT_RESOURCE_NAME = "rockchip.com/npu"
@@ -35,7 +38,10 @@ CONTAINER_LIBRKNNRT_PATH = "/usr/lib/librknnrt.so"
 LIBRKNNRT_SOURCE_ENV = "RKNN_NPU_LIBRKNNRT_SOURCE"
 """Set to ``host:<node path>`` when Allocate mounts the node's librknnrt.so (doctor checks it)."""
 
-_ID = re.compile(r"npu-core-(\d{1,2})(?:-(\d{1,3}))?")
+# Exactly the form device_ids() writes: ASCII digits, no zero padding (a Unicode digit or "01" is
+# not one of our IDs, even though int() would read it).
+_NUMBER = r"(0|[1-9][0-9]{0,2})"
+_ID = re.compile(rf"npu-core-{_NUMBER}(?:-{_NUMBER})?")
 # Whole mode: one device naming every core, so pod attribution needs no core count.
 _WHOLE_ID = re.compile(r"npu-cores((?:-(?:0|[1-9][0-9]?))+)")
 
@@ -103,8 +109,13 @@ def preferred_allocation(
     must_include: Sequence[str],
     size: int,
     mode: Mode = "core",
+    offered: Collection[str] | None = None,
 ) -> list[str]:
     """The device IDs we would like a container to get (docs/plugin.md#preferred-allocation-policy).
+
+    Only IDs in ``offered`` (what we list to kubelet; default: the core-mode IDs of ``core_count``
+    cores, or any well-formed ID in shared mode) are ever chosen; ``must_include`` must be checked
+    with `check_preferred_request` first.
 
     Core mode: among every choice of ``size`` IDs from ``available`` that contains
     ``must_include``, prefer (1) a core set one RKNNLite context can run on, else the set that
@@ -115,7 +126,8 @@ def preferred_allocation(
     (4) the lowest core numbers. Shared mode: take replicas of the core with the most free
     replicas (spreads light pods), then of the next. IDs that are not ours are never chosen.
     """
-    known = [i for i in dict.fromkeys(available) if _core_below(i, core_count)]
+    offered_set = frozenset(offered if offered is not None else _well_formed(available, core_count, mode))
+    known = [i for i in dict.fromkeys(available) if i in offered_set]
     must = list(dict.fromkeys(must_include))
     if size <= len(must):
         return must  # kubelet needs every must-include ID back, even past the size
@@ -129,6 +141,14 @@ def preferred_allocation(
     free_all = cores_of(known)
     best = min(candidates, key=lambda ids: _core_score(soc, core_count, cores_of(ids), free_all))
     return sorted(best, key=_id_order)
+
+
+def _well_formed(ids: Iterable[str], core_count: int, mode: Mode) -> list[str]:
+    """What ``mode`` offers on ``core_count`` cores (shared mode: any replica of such a core)."""
+    if mode != "shared":
+        return list(device_ids(core_count, mode))
+    shared = [i for i in ids if (match := _ID.fullmatch(i)) is not None and match.group(2) is not None]
+    return [i for i in shared if _core_below(i, core_count)]
 
 
 def _core_below(device_id: str, core_count: int) -> bool:
@@ -207,24 +227,38 @@ class ContainerPlan:
 
 
 def check_request(ids: Sequence[str], offered: Collection[str], health: Mapping[str, bool]) -> None:
-    """Raise AllocationError naming the first unknown, duplicate or unhealthy ID."""
+    """Raise AllocationError naming the unknown, duplicate or unhealthy IDs (a few and a count).
+
+    IDs match only exactly as offered. Messages stay short whatever the request's size.
+    """
     if not ids:
         raise AllocationError("the request names no device ID")
-    seen: set[str] = set()
-    for device_id in ids:
-        if device_id not in offered:
-            listed = ", ".join(sorted(offered, key=_id_order)) or "none (no NPU found)"
-            raise AllocationError(f"unknown device ID {device_id!r}: this plugin offers {listed}")
-        if device_id in seen:
-            raise AllocationError(f"device ID {device_id!r} is requested twice in one container")
-        seen.add(device_id)
-        if not health.get(device_id, False):
-            raise AllocationError(
-                f"device {device_id!r} is Unhealthy (its NPU device node or driver is missing, or its "
-                "core failed the functional probe: the plugin's log says which); kubelet should not "
-                "have offered it",
-                unhealthy=True,
-            )
+    _check_known(ids, offered)
+    counts = Counter(ids)
+    twice = [device_id for device_id, count in counts.items() if count > 1]
+    if twice:
+        raise AllocationError(f"device ID {quote_ids(twice)} is requested twice in one container")
+    unhealthy = [device_id for device_id in ids if not health.get(device_id, False)]
+    if unhealthy:
+        raise AllocationError(
+            f"device {quote_ids(unhealthy)} is Unhealthy (its NPU device node or driver is missing, or "
+            "its core failed the functional probe: the plugin's log says which); kubelet should not "
+            "have offered it",
+            unhealthy=True,
+        )
+
+
+def check_preferred_request(must_include: Sequence[str], offered: Collection[str]) -> None:
+    """GetPreferredAllocation: raise AllocationError when a must-include ID is not one we offered."""
+    _check_known(must_include, offered)
+
+
+def _check_known(ids: Sequence[str], offered: Collection[str]) -> None:
+    unknown = [device_id for device_id in ids if device_id not in offered]
+    if unknown:
+        ordered = sorted(offered, key=_id_order)
+        listed = quote_ids(ordered) if ordered else "none (no NPU found)"
+        raise AllocationError(f"unknown device ID {quote_ids(unknown)}: this plugin offers {listed}")
 
 
 @dataclass(frozen=True)

@@ -4,22 +4,31 @@ and a supervisor that serves + registers again whenever the kubelet restarts.
 The kubelet deletes every socket in the device plugin folder when it starts, then creates a new
 kubelet.sock. The supervisor watches the folder (inotify, polling fallback) for our socket
 vanishing or kubelet.sock being re-created, and starts a new generation: fresh server, fresh
-Register. Device logic lives elsewhere (`_service`, `_devices`, `_resources`).
+Register. Device logic lives elsewhere (`_service`, `devices/`).
+
+Each generation's server is a `grpc.aio` server on one event loop thread for the process: a
+ListAndWatch stream is a coroutine there and holds no thread, so open streams can never starve
+the unary calls (Allocate, GetPreferredAllocation), which are short coroutines on the same loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import errno
 import os
 import socket
+import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import grpc
+import grpc.aio
 
 from .._events import PluginEvents
 from .._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
@@ -35,7 +44,11 @@ BACKOFF_MAX = 2.0
 # Supervisor re-check period: a safety net under inotify, the detection itself when polling.
 CHECK_INTERVAL_INOTIFY = 1.0
 CHECK_INTERVAL_POLLING = 0.1
-SERVER_WORKERS = 16  # each ListAndWatch stream holds a worker; kubelet reconnects overlap
+# Threads for handlers written as plain functions (gRPC aio runs those on a pool). Ours are all
+# coroutines on the event loop, streams included, so open streams never hold a thread.
+UNARY_WORKERS = 2
+STREAMS_END_SECONDS = 0.3
+"""Stopping a generation: how long its streams get to send their final OK before it is cut."""
 
 _log = get_logger("lifecycle")
 
@@ -83,13 +96,64 @@ def _serving(path: Path) -> bool:
     return True
 
 
-class PluginServer:
-    """One generation of our gRPC server on our socket."""
+class StreamingServicer(pb_grpc.DevicePluginServicer):
+    """The device plugin service, which can end its open streams cleanly before a stop."""
 
-    def __init__(self, socket_path: Path, service: pb_grpc.DevicePluginServicer) -> None:
+    async def end_streams(self, timeout: float) -> None:
+        """End every open stream with status OK; return once each status is sent (or at timeout)."""
+
+
+_T = TypeVar("_T")
+
+
+class EventLoopThread:
+    """One asyncio loop on a thread of its own, where every generation's gRPC server runs."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.loop.set_exception_handler(_loop_error)
+        self._thread = threading.Thread(target=self._run, name="grpc-loop", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def call(self, coroutine: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
+        """Run ``coroutine`` on the loop and return its result (or raise its exception)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def close(self, timeout: float = 1.0) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's uncaught errors as one log line each (asyncio's default prints a traceback)."""
+    error = context.get("exception")
+    if isinstance(error, OSError) and error.errno == errno.EBADF:
+        # gRPC's poller closes its wake-up socket when the last aio server of a generation is
+        # gone; an already scheduled read of it then fails. Harmless: the next server makes a new one.
+        _log.debug("gRPC poller closed", extra={"fields": {"error": str(error)}})
+        return
+    _log.error(
+        "gRPC event loop error",
+        extra={"fields": {"message": str(context.get("message")), "error": repr(error)}},
+    )
+
+
+class PluginServer:
+    """One generation of our gRPC server on our socket (an asyncio server on ``loop``)."""
+
+    def __init__(self, socket_path: Path, service: StreamingServicer, loop: EventLoopThread) -> None:
         self.socket_path = socket_path
         self._service = service
-        self._server: grpc.Server | None = None
+        self._loop = loop
+        self._server: grpc.aio.Server | None = None
         self._executor: futures.ThreadPoolExecutor | None = None
         self._socket_id: FileId | None = None
 
@@ -107,25 +171,32 @@ class PluginServer:
                 self.socket_path.unlink()
         # gRPC never shuts down the executor it is given: stop() does, so no generation's
         # worker threads outlive it.
-        self._executor = futures.ThreadPoolExecutor(max_workers=SERVER_WORKERS, thread_name_prefix="grpc")
-        server = grpc.server(self._executor)
+        self._executor = futures.ThreadPoolExecutor(max_workers=UNARY_WORKERS, thread_name_prefix="grpc")
+        self._server = self._loop.call(self._start(self._executor))
+        self._socket_id = file_id(self.socket_path)
+
+    async def _start(self, executor: futures.ThreadPoolExecutor) -> grpc.aio.Server:
+        server = grpc.aio.server(migration_thread_pool=executor)
         pb_grpc.add_DevicePluginServicer_to_server(self._service, server)
         if server.add_insecure_port(f"unix://{self.socket_path}") == 0:
             raise OSError(
                 f"cannot listen on {self.socket_path}: the folder must exist and be writable here "
                 "(DaemonSet: mount kubelet's device-plugins folder read-write; systemd: ReadWritePaths)"
             )
-        server.start()
-        self._server = server
-        self._socket_id = file_id(self.socket_path)
+        # Only root (kubelet) may talk to us, whatever the umask: any local user could otherwise
+        # allocate cores or hold streams open. The socket exists once the port is added.
+        os.chmod(self.socket_path, stat.S_IRUSR | stat.S_IWUSR)
+        await server.start()
+        return server
 
     def socket_intact(self) -> bool:
         return self._socket_id is not None and file_id(self.socket_path) == self._socket_id
 
-    def stop(self, grace: float = 0.3) -> None:
-        """Stop serving (streams end), then remove our socket if it is still the one we made."""
+    def stop(self, grace: float = STREAMS_END_SECONDS) -> None:
+        """End the streams (status OK), stop serving, then remove our socket if it is still ours."""
         if self._server is not None:
-            self._server.stop(grace).wait(grace + 0.5)
+            with contextlib.suppress(futures.TimeoutError, RuntimeError):
+                self._loop.call(self._stop(self._server, grace), timeout=2 * grace + 0.5)
             self._server = None
         if self._executor is not None:
             self._executor.shutdown(wait=False)
@@ -134,6 +205,13 @@ class PluginServer:
             with contextlib.suppress(FileNotFoundError):
                 self.socket_path.unlink()
         self._socket_id = None
+
+    async def _stop(self, server: grpc.aio.Server, grace: float) -> None:
+        # Streams first, then the server: a stream's final status must be on the wire before
+        # the server's GOAWAY, or a client answering GOAWAY's ping on a closed connection ends
+        # the stream with "UNAVAILABLE: Broken pipe" instead of OK.
+        await self._service.end_streams(grace)
+        await server.stop(grace)
 
 
 def register(endpoint: Endpoint, wake: threading.Event, stop: threading.Event) -> bool:
@@ -168,7 +246,7 @@ class Supervisor:
         self,
         plugin_dir: Path,
         endpoint_for: Callable[[], Endpoint | None],
-        service: pb_grpc.DevicePluginServicer,
+        service: StreamingServicer,
         events: PluginEvents,
         before_serve: Callable[[], None] = lambda: None,
         use_inotify: bool = True,
@@ -180,6 +258,7 @@ class Supervisor:
         self._before_serve = before_serve
         self._use_inotify = use_inotify
         self._watcher: FolderWatcher | None = None
+        self._loop: EventLoopThread | None = None
         self._wake = threading.Event()
         self.generations = 0
         self._last_serve_error = ""
@@ -202,6 +281,7 @@ class Supervisor:
         watcher = FolderWatcher([self._plugin_dir], use_inotify=self._use_inotify)
         self._watcher = watcher
         check = CHECK_INTERVAL_INOTIFY if watcher.uses_inotify else CHECK_INTERVAL_POLLING
+        self._loop = EventLoopThread()
         try:
             while not stop.is_set():
                 endpoint = self._endpoint_for()
@@ -216,12 +296,14 @@ class Supervisor:
         finally:
             self._watcher = None
             watcher.close()
+            self._loop.close()
 
     def _serve_generation(
         self, endpoint: Endpoint, watcher: FolderWatcher, check: float, stop: threading.Event
     ) -> None:
         started = time.monotonic()
-        server = PluginServer(endpoint.socket_path, self._service)
+        assert self._loop is not None
+        server = PluginServer(endpoint.socket_path, self._service, self._loop)
         try:
             self._before_serve()
             server.start()

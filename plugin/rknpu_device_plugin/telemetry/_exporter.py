@@ -8,29 +8,36 @@ the textfile every ``--interval`` seconds. Flags override ``RKNPU_EXPORTER_*`` v
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
-import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from types import FrameType
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rknnlaunch import RknnLaunchError, __version__
-from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec, soc_by_name
-
-from .._settings import (
+from rknnlaunch._entry import (
+    LOG_FORMATS,
     LOG_LEVELS,
+    LogFormat,
     LogLevel,
-    SettingsParser,
+    StopEvent,
+    UsageParser,
     add_setting_flags,
     check_soc_name,
+    describe_os_error,
+    end_server_process,
+    run_main,
     settings_from_flags,
+    stop_on_signals,
 )
+from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec, soc_by_name
+
+from .._log import LOGGER_NAME, setup_logging
 from ..devices._discovery import discover_on_node
 from ..devices._policy import DEFAULT_RESOURCE_NAME
 from ._collector import NpuCollector, build_registry
@@ -84,6 +91,7 @@ class ExporterSettings(BaseSettings):
     )
     once: bool = Field(False, description="write the files once and exit (no metrics server)")
     soc: str | None = Field(None, description="SoC to assume when the device tree cannot be read")
+    log_format: LogFormat = Field("text", description="log line format")
     log_level: LogLevel = Field("info", description="log level")
 
     @field_validator("soc")
@@ -113,13 +121,14 @@ class ExporterSettings(BaseSettings):
 
 def build_parser() -> argparse.ArgumentParser:
     """One flag per settings field; unset flags fall back to RKNPU_EXPORTER_* and then defaults."""
-    parser = SettingsParser(
+    parser = UsageParser(
         prog=PROG,
         description=__doc__,
         argument_default=argparse.SUPPRESS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_setting_flags(parser, ExporterSettings, ENV_PREFIX, choices={"log_level": LOG_LEVELS})
+    choices = {"log_level": LOG_LEVELS, "log_format": LOG_FORMATS}
+    add_setting_flags(parser, ExporterSettings, ENV_PREFIX, choices=choices)
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     return parser
 
@@ -193,15 +202,18 @@ class Exporter:
         """Re-discover, then rewrite (or, with no NPU, remove) the NFD file and rewrite the textfile."""
         info = self.discovery.refresh()
         settings = self.settings
-        if settings.nfd_dir is not None:
-            if info is not None:
-                expiry = settings.expiry_seconds()
-                expires_at = self._now() + timedelta(seconds=expiry) if expiry else None
-                write_feature_file(settings.nfd_dir, info, expires_at)
-            elif remove_feature_file(settings.nfd_dir):
-                log.info("removed %s/rknpu: no NPU, so no NPU labels", settings.nfd_dir)
-        if settings.textfile_dir is not None:
-            write_textfile(settings.textfile_dir, self.textfile_registry)
+        nfd_dir, textfile_dir = settings.nfd_dir, settings.textfile_dir
+        if nfd_dir is not None:
+            with _writing("the NFD feature file", "--nfd-dir", nfd_dir):
+                if info is not None:
+                    expiry = settings.expiry_seconds()
+                    expires_at = self._now() + timedelta(seconds=expiry) if expiry else None
+                    write_feature_file(nfd_dir, info, expires_at)
+                elif remove_feature_file(nfd_dir):
+                    log.info("removed %s/rknpu: no NPU, so no NPU labels", nfd_dir)
+        if textfile_dir is not None:
+            with _writing("the node-exporter textfile", "--textfile-dir", textfile_dir):
+                write_textfile(textfile_dir, self.textfile_registry)
         return info
 
     def run(self, stop: threading.Event) -> None:
@@ -209,8 +221,8 @@ class Exporter:
         while True:
             try:
                 self.write_outputs()
-            except OSError as exc:
-                log.error("writing outputs failed (will retry): %s", exc)
+            except OutputError as exc:
+                log.error("%s (will retry)", exc.problem)
             if stop.wait(self.settings.interval):
                 return
 
@@ -222,50 +234,53 @@ class Exporter:
             self.pod_resources.close()
 
 
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+class OutputError(RknnLaunchError):
+    """An output folder cannot be written."""
 
 
-def _install_stop_signals(stop: threading.Event) -> None:
-    def handle(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: stopping", signum)
-        stop.set()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, handle)
+@contextlib.contextmanager
+def _writing(what: str, flag: str, folder: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise OutputError(
+            f"cannot write {what} in {folder}: {describe_os_error(exc)}",
+            f"make {flag} a folder the exporter may write (a read-write hostPath mount; the "
+            f"exporter's user must own it or be in its group), or point {flag} elsewhere",
+        ) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run rknpu-exporter; returns the exit code (0 ok, 1 no usable NPU with --once, 2 usage)."""
-    exporter: Exporter | None = None
+    """Run rknpu-exporter; exit codes as in `rknnlaunch._entry` (0 ok or a clean stop on
+    SIGTERM/SIGINT, 1 no usable NPU with --once or an unwritable output, 2 usage). Run as the
+    program (``argv`` None), the process ends here, without interpreter teardown."""
+    if argv is not None:
+        return run_main(PROG, lambda: _main(argv), LOGGER_NAME)
+    end_server_process(run_main(PROG, lambda: _main(sys.argv[1:]), LOGGER_NAME))
+
+
+def _main(argv: Sequence[str]) -> int:
+    settings = parse_settings(argv)
+    stop_logging = setup_logging(settings.log_format, settings.log_level)
+    exporter = Exporter(settings)
     try:
-        settings = parse_settings(sys.argv[1:] if argv is None else argv)
-        _configure_logging(settings.log_level)
-        exporter = Exporter(settings)
         if settings.once:
             info = exporter.write_outputs()
             error = exporter.discovery.error
             if info is None and error is not None:
                 raise error
             return 0
-        stop = threading.Event()
-        if threading.current_thread() is threading.main_thread():
-            _install_stop_signals(stop)
-        exporter.start()
-        exporter.run(stop)
+        with stop_on_signals(StopEvent(), _said_stopping) as stop:
+            exporter.start()
+            exporter.run(stop)
         return 0
-    except RknnLaunchError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
     finally:
-        if exporter is not None:
-            exporter.close()
+        exporter.close()
+        stop_logging()
+
+
+def _said_stopping(signum: int) -> None:
+    log.info("signal %d: stopping", signum)
 
 
 if __name__ == "__main__":

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import selectors
 import socket
 import socketserver
+import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
-from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import make_wsgi_app
@@ -24,10 +26,14 @@ from ._sink import PluginMetrics
 
 log = logging.getLogger(__name__)
 
-# A scrape client that stalls must not pin a server thread for long, nor stop(), which joins
-# request threads: the plugin must exit within 2 s of SIGTERM. Prometheus sends its request at
-# once and a page fits the socket buffer, so 1 s per socket operation is ample.
+# A scrape client must not pin a server thread for long, nor stop(): the plugin must exit within
+# 1 s of SIGTERM. Prometheus sends its request at once and a page fits the socket buffer, so a
+# whole request (read, answer) gets REQUEST_DEADLINE_SECONDS, each socket operation at most
+# _CLIENT_TIMEOUT_SECONDS; a client trickling a byte at a time is cut at the deadline.
+REQUEST_DEADLINE_SECONDS = 3.0
 _CLIENT_TIMEOUT_SECONDS = 1.0
+_STOP_JOIN_SECONDS = 0.5
+"""stop() closes every client's socket, then waits at most this long for their threads."""
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -46,20 +52,70 @@ def parse_address(address: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port_text)
 
 
+class _LogStream:
+    """A file for wsgiref's error output: what it writes becomes one log record per flush
+    (a traceback stays one line, JSON with --log-format json), never raw text on stderr."""
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+
+    def write(self, text: str) -> int:
+        self._parts.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        text, self._parts = "".join(self._parts).strip(), []
+        if text:
+            log.error("metrics request failed: %s", text)
+
+
+class _ServerHandler(ServerHandler):
+    server_software = ""  # no "Server: WSGIServer/0.2 CPython/3.x" banner
+
+
 class _QuietHandler(WSGIRequestHandler):
-    """Serves scrapes without logging each one; gives up on clients that stall."""
+    """Serves scrapes without logging each one or naming our software; gives up on clients that stall."""
 
     timeout = _CLIENT_TIMEOUT_SECONDS
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def get_stderr(self) -> Any:
+        return _LogStream()
 
-class _MetricsHTTPServer(ThreadingMixIn, WSGIServer):
-    # Non-daemon request threads that server_close() joins: stop() leaves no thread behind.
-    daemon_threads = False
-    block_on_close = True
+    def send_response(self, code: int, message: str | None = None) -> None:
+        # BaseHTTPRequestHandler's error answers (400, 414) would send a Server header too.
+        self.log_request(code)
+        self.send_response_only(code, message)
+        self.send_header("Date", self.date_time_string())
+
+    def handle(self) -> None:
+        # WSGIRequestHandler.handle with our ServerHandler (the stdlib names its own).
+        self.raw_requestline = self.rfile.readline(65537)
+        if len(self.raw_requestline) > 65536:
+            self.requestline = self.request_version = self.command = ""
+            self.send_error(414)
+            return
+        if not self.parse_request():
+            return
+        wfile: Any = self.wfile  # a socket file; the stubs want IO[bytes]
+        handler = _ServerHandler(self.rfile, wfile, self.get_stderr(), self.get_environ(), multithread=False)
+        handler.request_handler = self  # type: ignore[attr-defined]  # wsgiref's back-pointer for logging
+        handler.run(self.server.get_app())  # type: ignore[attr-defined]
+
+
+class _MetricsHTTPServer(WSGIServer):
+    """One thread per scrape; each connection has a deadline, and stop() cuts every connection."""
+
     allow_reuse_address = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # connection -> (deadline, peer); the deadline is None once the connection was cut
+        self._clients: dict[socket.socket, tuple[float | None, str]] = {}
+        self._client_threads: set[threading.Thread] = set()
+        self._clients_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind asks DNS for our FQDN; a node with broken DNS must still serve.
@@ -68,6 +124,67 @@ class _MetricsHTTPServer(ThreadingMixIn, WSGIServer):
         self.server_name = str(host)
         self.server_port = int(port)
         self.setup_environ()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(
+            target=self._serve_client,
+            args=(request, client_address),
+            name="rknpu-metrics-client",
+            daemon=True,
+        )
+        with self._clients_lock:
+            peer = client_address[0] if isinstance(client_address, tuple) else str(client_address)
+            self._clients[request] = (time.monotonic() + REQUEST_DEADLINE_SECONDS, str(peer))
+            self._client_threads.add(thread)
+        thread.start()
+
+    def _serve_client(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            with self._clients_lock:
+                self._clients.pop(request, None)
+                self._client_threads.discard(threading.current_thread())
+            self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # socketserver would print a traceback to stderr; one log line says it all.
+        error = sys.exc_info()[1]
+        peer = client_address[0] if isinstance(client_address, tuple) else str(client_address)
+        if isinstance(error, OSError):  # timeouts, resets, a connection cut at its deadline
+            log.info("metrics client %s went away: %s", peer, error or type(error).__name__)
+        else:
+            log.error("serving metrics to %s failed: %r", peer, error)
+
+    def next_deadline(self) -> float | None:
+        with self._clients_lock:
+            return min((d for d, _peer in self._clients.values() if d is not None), default=None)
+
+    def cut_clients(self, now: float | None = None) -> None:
+        """Shut down connections past their deadline (all of them when ``now`` is None): a
+        blocked read or write in their thread then returns at once."""
+        with self._clients_lock:
+            late = [
+                (sock, peer)
+                for sock, (deadline, peer) in self._clients.items()
+                if now is None or (deadline is not None and deadline <= now)
+            ]
+            for sock, peer in late:  # cut once; the client's thread forgets it when it ends
+                self._clients[sock] = (None, peer)
+        for sock, peer in late:
+            if now is not None:
+                log.info("metrics client %s cut: no answer within %.0f s", peer, REQUEST_DEADLINE_SECONDS)
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def join_clients(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self._clients_lock:
+            threads = list(self._client_threads)
+        for thread in threads:
+            thread.join(max(deadline - time.monotonic(), 0.0))
 
 
 class _MetricsHTTPServer6(_MetricsHTTPServer):
@@ -124,18 +241,24 @@ class MetricsServer:
         log.info("serving metrics on %s", self.url)
 
     def _serve(self) -> None:
+        httpd = self._httpd
         with selectors.DefaultSelector() as selector:
-            selector.register(self._httpd, selectors.EVENT_READ)
+            selector.register(httpd, selectors.EVENT_READ)
             selector.register(self._wake_read, selectors.EVENT_READ)
             while True:
-                ready = {key.fileobj for key, _ in selector.select()}
+                # Sleep until a client arrives, stop() is called or a connection's deadline passes.
+                deadline = httpd.next_deadline()
+                timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                ready = {key.fileobj for key, _ in selector.select(timeout)}
                 if self._wake_read in ready:
                     return
-                try:
-                    # The listening socket is readable: accept and hand the client to a thread.
-                    self._httpd.handle_request()
-                except Exception:  # one broken client must not end the endpoint
-                    log.exception("serving a metrics request failed")
+                httpd.cut_clients(time.monotonic())
+                if httpd in ready:
+                    try:
+                        # The listening socket is readable: accept and hand the client to a thread.
+                        httpd.handle_request()
+                    except Exception as exc:  # one broken client must not end the endpoint
+                        log.error("accepting a metrics client failed: %r", exc)
 
     @property
     def url(self) -> str:
@@ -151,7 +274,10 @@ class MetricsServer:
             self._stopped = True
         self._wake_write.send(b"x")
         self._thread.join()
-        self._httpd.server_close()  # joins in-flight scrape threads
+        self._httpd.server_close()
+        # Never wait on a client: cut every connection, then give their threads a moment to end.
+        self._httpd.cut_clients()
+        self._httpd.join_clients(_STOP_JOIN_SECONDS)
         self._wake_read.close()
         self._wake_write.close()
         for close in self._on_stop:
