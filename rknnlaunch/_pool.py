@@ -23,7 +23,7 @@ from ._runtime import Runtime, open_plan, plan
 from ._settings import NpuSettings, load_settings
 from .npu import format_cores
 
-_Job = tuple[Any, "Future[list[np.ndarray]]"]
+_Job = tuple[Any, "Future[list[np.ndarray[Any, Any]]]"]
 
 
 class Pool(ClosesOnExit):
@@ -88,9 +88,9 @@ class Pool(ClosesOnExit):
             except BaseException as exc:
                 future.set_exception(exc)
 
-    def submit(self, x: Any) -> Future[list[np.ndarray]]:
+    def submit(self, x: Any) -> Future[list[np.ndarray[Any, Any]]]:
         """Queue one frame; the Future resolves to the model's raw outputs."""
-        future: Future[list[np.ndarray]] = Future()
+        future: Future[list[np.ndarray[Any, Any]]] = Future()
         # Under the close lock: a job queued after close()'s stop markers would never run, and its
         # caller would wait forever.
         with self._close_lock:
@@ -99,14 +99,16 @@ class Pool(ClosesOnExit):
             self._jobs.put((x, future))
         return future
 
-    def infer(self, x: Any) -> list[np.ndarray]:
+    def infer(self, x: Any) -> list[np.ndarray[Any, Any]]:
         """Run one frame on whichever runtime is free; blocks for its outputs."""
         return self.submit(x).result()
 
-    def map(self, frames: Iterable[Any], in_flight: int | None = None) -> Iterator[list[np.ndarray]]:
+    def map(
+        self, frames: Iterable[Any], in_flight: int | None = None
+    ) -> Iterator[list[np.ndarray[Any, Any]]]:
         """Outputs for ``frames`` in input order; at most ``in_flight`` queued (default 2 per runtime)."""
         limit = max(1, in_flight if in_flight is not None else 2 * self.size)
-        pending: deque[Future[list[np.ndarray]]] = deque()
+        pending: deque[Future[list[np.ndarray[Any, Any]]]] = deque()
         try:
             for frame in frames:
                 pending.append(self.submit(frame))
