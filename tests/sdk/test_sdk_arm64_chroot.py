@@ -34,8 +34,7 @@ from typing import Any
 import pytest
 from rknnfile_builder import write_rknn
 
-import rknnlaunch
-from rknnlaunch._dtcompat import REDIRECT_ENV
+from rknnlaunch import _dtcompat as dtcompat
 
 ROOTS_ENV = "RKNNLAUNCH_ARM64_ROOTS"
 MANIFEST = "rknnlaunch-root.json"
@@ -119,12 +118,12 @@ def lay_out_helpers(root: Root) -> None:
     helpers.mkdir(parents=True)
     for helper in (TESTS.parent / "fakehost.py", TESTS / "rknnfile_builder.py"):
         shutil.copy(helper, helpers / helper.name)
-    package = Path(rknnlaunch.__file__).parent
+    # The shim loads the redirect module from its parent folder: keep that layout.
     shim = root.path / "tmp/rknnlaunch-shim/rknnlaunch"
     shutil.rmtree(shim.parent, ignore_errors=True)
     shim.mkdir(parents=True)
-    shutil.copy(package / "_dtcompat.py", shim / "_dtcompat.py")
-    shutil.copytree(package / "_dtshim", shim / "_dtshim", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(dtcompat.__file__, shim / "_dtcompat.py")
+    shutil.copytree(dtcompat.SHIM_DIR, shim / "_dtshim", ignore=shutil.ignore_patterns("__pycache__"))
     for old in (root.path / "tmp").glob("host-*"):
         shutil.rmtree(old)
     (root.path / "usr/lib/librknnrt.so").unlink(missing_ok=True)
@@ -165,21 +164,20 @@ def test_doctor_json_on_the_emulated_host(root: Root) -> None:  # pragma: no cov
 
 
 OPEN_PROBE = """
-import json, sys
+import json, os, sys
 sys.path[:0] = ["/tmp/rknnlaunch-tests"]
 from pathlib import Path
 from fakehost import make_host, write
 from rknnfile_builder import write_rknn
 import rknnlaunch
-from rknnlaunch._settings import load_settings
 host = make_host("rk3588-drm", Path("/tmp/host-" + sys.argv[1]))
 (host.root / "proc/device-tree").unlink()  # masked, as in a pod
 write(host.root, "/run/rknpu/compatible", b"radxa,rock-5b\\0rockchip,rk3588\\0")
-env = {"RKNNLAUNCH_ROOT": str(host.root)}
+os.environ["RKNNLAUNCH_ROOT"] = str(host.root)  # open() reads its settings from the environment
 if sys.argv[1] == "provided":
-    env["RKNN_NPU_COMPATIBLE_FILE"] = "/run/rknpu/compatible"
+    os.environ["RKNN_NPU_COMPATIBLE_FILE"] = "/run/rknpu/compatible"
 try:
-    rknnlaunch.open(write_rknn(Path("/tmp/m.rknn")), settings=load_settings(env))
+    rknnlaunch.open(write_rknn(Path("/tmp/m.rknn")))
 except rknnlaunch.RuntimeInitError as exc:
     print(json.dumps({"lines": list(exc.log_lines), "fix": exc.fix}))
 """
@@ -272,7 +270,10 @@ def test_redirect_loaded_by_path_with_the_real_toolkit(root: Root, how: str) -> 
     (root.path / "tmp/probe_shim.py").write_text(SHIM_PROBE)
     env = {}
     if how == "run-shim":  # the child environment `rknnlaunch run` sets (rknnlaunch._dtcompat)
-        env = {REDIRECT_ENV: "/tmp/compatible", "PYTHONPATH": "/tmp/rknnlaunch-shim/rknnlaunch/_dtshim"}
+        env = {
+            dtcompat.REDIRECT_ENV: "/tmp/compatible",
+            "PYTHONPATH": "/tmp/rknnlaunch-shim/rknnlaunch/_dtshim",
+        }
     done = chroot(root, root.manifest["toolkit_python"], "/tmp/probe_shim.py", how, env=env)
     output = done.stdout + done.stderr
     assert f"python {root.manifest['python']} reads the plugin's compatible file" in output, output
