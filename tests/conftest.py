@@ -11,6 +11,9 @@ from hypothesis import HealthCheck, settings
 from fakehost import make_host
 from rknnlaunch.npu import HostRoot
 
+# realchecks: the table of real-thing (slow) checks and CI's --real-checks-strict; pytester tests it.
+pytest_plugins = ["realchecks", "pytester"]
+
 # A loaded 2-core CI machine makes single examples slow now and then: judge properties, not speed.
 settings.register_profile("rknnlaunch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("rknnlaunch")

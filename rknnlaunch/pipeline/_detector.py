@@ -80,14 +80,14 @@ class DetectTask:
 
     pipeline: ModelPipeline
 
-    def bind(self, runtime: Runtime) -> Callable[[np.ndarray], Any]:
+    def bind(self, runtime: Runtime) -> Callable[[np.ndarray[Any, Any]], Any]:
         boxer, decoder = self.pipeline.stages()
         if multiprocessing.parent_process() is not None:
             _one_opencv_thread()  # one process per context already fills the CPUs
         label = runtime.label
         classes: list[int | None] = []
 
-        def detect(frame: np.ndarray) -> _WorkerResult:
+        def detect(frame: np.ndarray[Any, Any]) -> _WorkerResult:
             started = time.perf_counter()
             tensor, info = boxer(frame)
             boxed = time.perf_counter()
@@ -115,7 +115,7 @@ def _one_opencv_thread() -> None:
     cv2.setNumThreads(1)
 
 
-def check_image(frame: Any) -> np.ndarray:
+def check_image(frame: Any) -> np.ndarray[Any, Any]:
     """A BGR uint8 H x W x 3 image as an array, or `UsageError` naming what was given."""
     array = frame if isinstance(frame, np.ndarray) else np.asarray(frame)
     if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3 or 0 in array.shape:

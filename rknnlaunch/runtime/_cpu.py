@@ -13,7 +13,7 @@ from ..model._files import require_file
 from ._closing import ClosesOnExit
 
 
-def as_nhwc_batch(x: Any) -> np.ndarray:
+def as_nhwc_batch(x: Any) -> np.ndarray[Any, Any]:
     """NHWC uint8 frame(s) -> a 4-dim uint8 array with the batch dimension (HWC gets ``[None]``)."""
     array = np.asarray(x)
     if array.ndim == 3:
@@ -84,7 +84,7 @@ class CpuRuntime(ClosesOnExit):
         height, width = self._input_shape[2:4] if len(self._input_shape) == 4 else (None, None)
         return (height, width) if isinstance(height, int) and isinstance(width, int) else None
 
-    def preprocess(self, x: Any) -> np.ndarray:
+    def preprocess(self, x: Any) -> np.ndarray[Any, Any]:
         """NHWC uint8 -> the model's NCHW float input scaled to [0, 1]."""
         batch = as_nhwc_batch(x)
         size = self.input_size
@@ -93,11 +93,13 @@ class CpuRuntime(ClosesOnExit):
                 f"input is {batch.shape[2]}x{batch.shape[1]} but the model takes {size[1]}x{size[0]}",
                 f"letterbox the image to {size[1]}x{size[0]} first",
             )
-        nchw: np.ndarray = np.ascontiguousarray(batch.transpose(0, 3, 1, 2), dtype=self._input_dtype)
+        nchw: np.ndarray[Any, Any] = np.ascontiguousarray(
+            batch.transpose(0, 3, 1, 2), dtype=self._input_dtype
+        )
         np.divide(nchw, self._input_dtype(255), out=nchw)
         return nchw
 
-    def infer(self, x: Any) -> list[np.ndarray]:
+    def infer(self, x: Any) -> list[np.ndarray[Any, Any]]:
         """Run the model on NHWC uint8 ``x``; returns its raw outputs."""
         if self._closed:
             raise InferenceError("this runtime is closed", "open a new one with rknnlaunch.open()")

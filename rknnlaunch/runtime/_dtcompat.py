@@ -8,8 +8,11 @@ RKNN_NPU_COMPATIBLE_FILE (/run/rknpu/compatible).
 
 Chosen fix: redirect exactly that path (and its /sys/firmware twin) at the Python I/O layer of
 this process, *before* rknnlite is imported: `builtins.open`, `io.open`, `os.open`,
-`os.path.exists/isfile` and `os.access`. Cython-compiled modules (rknnlite ships compiled) cache
-builtins such as `open` when they are imported, so installing first is what makes them see it.
+`os.path.exists/isfile`, `os.access`, and on Python < 3.11 pathlib's own opener (there
+`Path.open/read_bytes/read_text` call `pathlib._normal_accessor.open`, which captured `io.open`
+(3.10) or `os.open` (3.9) when pathlib was imported, so patching the modules alone misses them).
+Cython-compiled modules (rknnlite ships compiled) cache builtins such as `open` when they are
+imported, so installing first is what makes them see it.
 For processes started by `rknnlaunch run` the same hook is installed at interpreter start by
 `rknnlaunch/_dtshim/sitecustomize.py`, put first on PYTHONPATH (a .pth file would not work: .pth
 files are only read from site directories, never from PYTHONPATH). Alternatives rejected: a bind
@@ -26,6 +29,7 @@ from __future__ import annotations
 import builtins
 import io
 import os
+import pathlib
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -70,6 +74,11 @@ def _redirected(path: Any) -> Any:
     return path
 
 
+def _pathlib_accessor() -> Any:
+    """pathlib's shared accessor on Python < 3.11 (its `open` bypasses io.open/os.open), else None."""
+    return getattr(pathlib, "_normal_accessor", None)
+
+
 def install_redirect(replacement: str | os.PathLike[str]) -> None:
     """Make this process's Python-level reads of the compatible path read ``replacement`` instead.
 
@@ -98,6 +107,10 @@ def install_redirect(replacement: str | os.PathLike[str]) -> None:
             redirected.__wrapped__ = original  # type: ignore[attr-defined]
             return redirected
 
+        accessor = _pathlib_accessor()
+        if accessor is not None:
+            originals["pathlib_open"] = accessor.open
+            accessor.open = wrap(accessor.open)  # an instance attribute: functions there do not bind
         builtins.open = wrap(originals["open"])
         io.open = wrap(originals["io_open"])
         os.open = wrap(originals["os_open"])
@@ -113,6 +126,9 @@ def uninstall_redirect() -> None:
         _state["target"] = None
         if originals is None:
             return
+        accessor = _pathlib_accessor()
+        if accessor is not None and "pathlib_open" in originals:
+            del accessor.open  # back to the class's own opener
         builtins.open = originals["open"]
         io.open = originals["io_open"]
         os.open = originals["os_open"]

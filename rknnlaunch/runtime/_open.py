@@ -85,7 +85,7 @@ class Runtime(Protocol):
     label: str
     cores: frozenset[int]
 
-    def infer(self, x: Any) -> list[np.ndarray]: ...
+    def infer(self, x: Any) -> list[np.ndarray[Any, Any]]: ...
 
     def close(self) -> None: ...
 
@@ -126,7 +126,7 @@ class NpuRuntime(ClosesOnExit):
         self._lock = threading.Lock()
         self._closed = False
 
-    def infer(self, x: Any) -> list[np.ndarray]:
+    def infer(self, x: Any) -> list[np.ndarray[Any, Any]]:
         """Run the model on NHWC uint8 ``x`` (batch dim added if missing); returns the raw outputs."""
         batch = as_nhwc_batch(x)
         with self._lock:

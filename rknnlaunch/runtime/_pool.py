@@ -128,7 +128,7 @@ class WorkerGroup:
         return None
 
 
-def check_tensor(x: Any, expected: tuple[int, int, int] | None) -> np.ndarray:
+def check_tensor(x: Any, expected: tuple[int, int, int] | None) -> np.ndarray[Any, Any]:
     """A letterboxed NHWC uint8 frame (batch of one optional) as an array, or `UsageError`."""
     array = x if isinstance(x, np.ndarray) else np.asarray(x)
     hwc = array.shape[1:] if array.ndim == 4 and array.shape[0] == 1 else array.shape
@@ -198,18 +198,20 @@ class Pool(ClosesOnExit):
         """Number of contexts (and workers)."""
         return self._workers.size
 
-    def submit(self, x: Any) -> Future[list[np.ndarray]]:
+    def submit(self, x: Any) -> Future[list[np.ndarray[Any, Any]]]:
         """Queue one frame; the Future resolves to the model's raw outputs."""
         return self._workers.submit(check_tensor(x, self._expected))
 
-    def infer(self, x: Any) -> list[np.ndarray]:
+    def infer(self, x: Any) -> list[np.ndarray[Any, Any]]:
         """Run one frame on whichever context is free; blocks for its outputs."""
         return self.submit(x).result()
 
-    def map(self, frames: Iterable[Any], in_flight: int | None = None) -> Iterator[list[np.ndarray]]:
+    def map(
+        self, frames: Iterable[Any], in_flight: int | None = None
+    ) -> Iterator[list[np.ndarray[Any, Any]]]:
         """Outputs for ``frames`` in input order; at most ``in_flight`` queued (default 2 per context)."""
         limit = max(1, in_flight if in_flight is not None else DEPTH * self.size)
-        pending: deque[Future[list[np.ndarray]]] = deque()
+        pending: deque[Future[list[np.ndarray[Any, Any]]]] = deque()
         try:
             for frame in frames:
                 pending.append(self.submit(frame))

@@ -63,14 +63,14 @@ for the real rknn-toolkit-lite2."""
 class FrameTask(Protocol):
     """What a worker does with each frame; picklable, bound once per worker to its runtime."""
 
-    def bind(self, runtime: Runtime) -> Callable[[np.ndarray], Any]: ...
+    def bind(self, runtime: Runtime) -> Callable[[np.ndarray[Any, Any]], Any]: ...
 
 
 @dataclass(frozen=True)
 class InferTask:
     """The plain pool's task: the runtime's raw outputs."""
 
-    def bind(self, runtime: Runtime) -> Callable[[np.ndarray], Any]:
+    def bind(self, runtime: Runtime) -> Callable[[np.ndarray[Any, Any]], Any]:
         return runtime.infer
 
 
@@ -147,7 +147,7 @@ class ThreadWorkers:
     def size(self) -> int:
         return len(self.runtimes)
 
-    def _work(self, run: Callable[[np.ndarray], Any]) -> None:
+    def _work(self, run: Callable[[np.ndarray[Any, Any]], Any]) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
@@ -162,7 +162,7 @@ class ThreadWorkers:
             del frame, future, job
             self._counter.tick()
 
-    def submit(self, frame: np.ndarray) -> Future[Any]:
+    def submit(self, frame: np.ndarray[Any, Any]) -> Future[Any]:
         future: Future[Any] = Future()
         # Under the close lock: a job queued after close()'s stop markers would never run.
         with self._close_lock:
@@ -260,7 +260,7 @@ def worker_main(conn: multiprocessing.connection.Connection, spec: WorkerSpec) -
                 if old is not None:
                     old.close()
                 inputs[in_slot] = SharedMemory(name=in_name)
-            frame = np.ndarray(shape, np.dtype(dtype), buffer=inputs[in_slot].buf)
+            frame: np.ndarray[Any, Any] = np.ndarray(shape, np.dtype(dtype), buffer=inputs[in_slot].buf)
             try:
                 result = run(frame)
             except BaseException as exc:
@@ -315,7 +315,7 @@ def start_forkserver() -> None:
 
 @dataclass
 class _Job:
-    frame: np.ndarray | None
+    frame: np.ndarray[Any, Any] | None
     future: Future[Any]
     in_slot: int = -1
     out_slot: int = -1
@@ -553,7 +553,7 @@ class ProcessWorkers:
         with contextlib.suppress(OSError):  # a dead worker: its reader fails the job
             proc.conn.send(("job", job_id, slot, name, frame.shape, frame.dtype.str, job.out_slot))
 
-    def submit(self, frame: np.ndarray) -> Future[Any]:
+    def submit(self, frame: np.ndarray[Any, Any]) -> Future[Any]:
         future: Future[Any] = Future()
         job = _Job(frame, future)
         with self._changed:
@@ -655,12 +655,12 @@ class ProcessWorkers:
 
 def _views(
     shm: SharedMemory, specs: list[tuple[int, tuple[int, ...], str]], free: deque[int], slot: int, copy: bool
-) -> list[np.ndarray]:
+) -> list[np.ndarray[Any, Any]]:
     """Arrays viewing the output slot; the slot is free again once all of them are garbage.
 
     ``copy``: arrays of their own instead, and the slot is free at once.
     """
-    base = np.ndarray((shm.size,), np.uint8, buffer=shm.buf)
+    base: np.ndarray[Any, Any] = np.ndarray((shm.size,), np.uint8, buffer=shm.buf)
     views = [
         base[start : start + int(np.prod(shape)) * np.dtype(dtype).itemsize]
         .view(np.dtype(dtype))

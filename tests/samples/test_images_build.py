@@ -154,7 +154,8 @@ def test_plugin_image_contract() -> None:
 
 
 def test_constraints_pin_every_dependency_the_images_install() -> None:
-    tomllib = pytest.importorskip("tomllib")
+    # tomllib is 3.11+; on 3.10 the same parser ships as tomli (dev extra)
+    tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     wanted = list(project["dependencies"])
     for extra in ("npu", "vision", "plugin"):

