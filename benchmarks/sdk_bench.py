@@ -78,7 +78,7 @@ def main() -> None:
         npu = FakeNpu(soc, output_shapes=((1, 1),), init_window=0.0)
         frames = [np.zeros((8, 8, 3), np.uint8)] * 5000  # tiny: measure dispatch, not the fake
         settings = load_settings({"RKNNLAUNCH_ROOT": str(host.root)})
-        with Pool(model, settings=settings, rknnlite=npu.factory, per_core=True) as pool:
+        with Pool(model, settings=settings, rknnlite=npu.factory) as pool:
             start = time.perf_counter()
             count = sum(1 for _ in pool.map(frames))
             elapsed = time.perf_counter() - start

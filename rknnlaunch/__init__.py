@@ -21,10 +21,12 @@ from ._errors import (
     UnknownSocError,
     UnsupportedDriverError,
     UsageError,
+    WorkerDiedError,
 )
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from .pipeline._detector import Detector, DetectResult, StageTimings
     from .runtime._open import Runtime, open
     from .runtime._pool import Pool
     from .runtime._rknnlite import RknnLiteFactory, RknnLiteLike
@@ -32,10 +34,13 @@ if TYPE_CHECKING:
 
 # name -> module that defines it, imported on first attribute access.
 _LAZY = {
+    "DetectResult": ".pipeline._detector",
+    "Detector": ".pipeline._detector",
     "NpuSettings": ".settings._env",
     "load_settings": ".settings._env",
     "Pool": ".runtime._pool",
     "Runtime": ".runtime._open",
+    "StageTimings": ".pipeline._detector",
     "open": ".runtime._open",
     "RknnLiteLike": ".runtime._rknnlite",
     "RknnLiteFactory": ".runtime._rknnlite",
@@ -52,6 +57,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BackendUnavailableError",
+    "DetectResult",
+    "Detector",
     "DiscoveryError",
     "InferenceError",
     "MaskError",
@@ -65,9 +72,11 @@ __all__ = [
     "Runtime",
     "RuntimeInitError",
     "SettingsError",
+    "StageTimings",
     "UnknownSocError",
     "UnsupportedDriverError",
     "UsageError",
+    "WorkerDiedError",
     "load_settings",
     "open",
     "__version__",

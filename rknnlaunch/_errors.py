@@ -17,6 +17,10 @@ class RknnLaunchError(Exception):
         self.fix = fix
         super().__init__(problem if fix is None else f"{problem}\n  fix: {fix}")
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keeps problem and fix apart when an error crosses a process boundary (pool workers).
+        return (type(self), (self.problem, self.fix))
+
 
 class UsageError(RknnLaunchError):
     """A command line, setting or environment variable has a value we cannot use."""
@@ -69,3 +73,14 @@ class RuntimeInitError(RknnLaunchError):
 
 class InferenceError(RknnLaunchError):
     """An inference call failed (bad input shape/dtype, or the runtime returned no outputs)."""
+
+
+class WorkerDiedError(InferenceError):
+    """A pool's worker process died with this frame in flight; ``cores`` are the NPU cores it ran on."""
+
+    def __init__(self, problem: str, fix: str | None = None, cores: tuple[int, ...] = ()) -> None:
+        self.cores = cores
+        super().__init__(problem, fix)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.problem, self.fix, self.cores))

@@ -99,6 +99,19 @@ def driver_files(
     write(root, f"{folder}/volt", "850000\n")
 
 
+def rk3588_cpus(root: Path, governor: str = "performance") -> None:
+    """RK3588's CPUs: cpu0-3 Cortex-A55 (capacity 414, 1.8 GHz), cpu4-7 Cortex-A76 (1024, 2.4 GHz);
+    cpufreq policies 0, 4 and 6 (the A76s are two clusters) with ``governor``."""
+    for cpu in range(8):
+        big = cpu >= 4
+        write(root, f"/sys/devices/system/cpu/cpu{cpu}/cpu_capacity", "1024\n" if big else "414\n")
+        freq = "2400000\n" if big else "1800000\n"
+        write(root, f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/cpuinfo_max_freq", freq)
+    for policy in (0, 4, 6):
+        write(root, f"/sys/devices/system/cpu/cpufreq/policy{policy}/scaling_governor", governor + "\n")
+    write(root, "/sys/devices/system/cpu/possible", "0-7\n")
+
+
 def thermal_zones(root: Path, types: tuple[str, ...], temps_mc: tuple[int, ...]) -> None:
     """/sys/class/thermal/thermal_zoneN links into /sys/devices/virtual/thermal, with type and temp."""
     for index, (zone_type, temp) in enumerate(zip(types, temps_mc, strict=True)):
@@ -131,6 +144,8 @@ def rk3588_drm(root: Path) -> None:
     driver_files(root, "/sys/kernel/debug/rknpu", RK3588_LOAD)
     write(root, "/sys/module/rknpu/version", "0.9.8\n")
     write(root, "/sys/class/devfreq/fdab0000.npu/cur_freq", "1000000000\n")
+    write(root, "/sys/class/devfreq/fdab0000.npu/governor", "rknpu_ondemand\n")
+    rk3588_cpus(root)
     thermal_zones(root, RK3588_THERMAL, (41600, 42500, 42100, 41200, 41400, 40700, 43900))
 
 

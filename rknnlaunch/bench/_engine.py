@@ -8,10 +8,11 @@ an injected ``open_runtime(cores)`` factory, so the NPU path is testable with fa
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -23,7 +24,7 @@ from ..npu import format_cores
 from ..yolo import Letterboxer, YoloDecoder
 
 STAGES = ("pre", "infer", "post", "total")
-SCHEMA = "rknnlaunch.bench/1"
+SCHEMA = "rknnlaunch.bench/2"
 
 
 class BenchRuntime(Protocol):
@@ -44,17 +45,45 @@ Progress = Callable[[str, int, int], None]
 """progress(case name, iterations done, iterations total) - called from worker threads too."""
 
 
+class StreamResult(Protocol):
+    """The part of a `rknnlaunch.DetectResult` the bench reads."""
+
+    @property
+    def detections(self) -> Sized: ...
+
+    @property
+    def timings(self) -> Any: ...
+
+
+class StreamPool(Protocol):
+    """The part of a `rknnlaunch.Detector` the bench uses (letterbox/infer/decode in its workers)."""
+
+    label: str
+
+    def stream(self, frames: Iterable[Any]) -> Iterator[StreamResult]: ...
+
+    def close(self) -> None: ...
+
+
+OpenPool = Callable[["BenchCase"], StreamPool]
+"""Opens a detector pool for a ``stream`` case (its workers and contexts per core)."""
+
+
 @dataclass(frozen=True)
 class BenchCase:
-    """One thing to measure: a single runtime on a core set, or a pool of per-core runtimes."""
+    """One thing to measure: a single runtime on a core set, a pool of per-core runtimes driven by
+    bench threads (``pool``), or a `rknnlaunch.Detector` whose workers run every stage (``stream``)."""
 
     name: str
-    kind: Literal["single", "pool"]
+    kind: Literal["single", "pool", "stream"]
     cores: frozenset[int] | None
     """The cores of the single runtime (None: CPU), or all cores of the pool."""
     instances: tuple[frozenset[int], ...] = ()
-    """Pool only: the core set of each runtime (one per core)."""
+    """Pool and stream: the core set of each context (one per core, or two)."""
     threads: int = 1
+    workers: str = "thread"
+    """Stream only: ``thread`` or ``process`` workers."""
+    contexts_per_core: int = 1
 
 
 def single_case(cores: frozenset[int] | None) -> BenchCase:
@@ -67,6 +96,21 @@ def pool_case(cores: frozenset[int], threads: int | None = None) -> BenchCase:
     instances = tuple(frozenset({core}) for core in sorted(cores))
     count = threads if threads is not None else len(instances)
     return BenchCase(f"pool {format_cores(cores)} x{count}t", "pool", frozenset(cores), instances, count)
+
+
+def stream_case(cores: frozenset[int], workers: str = "thread", contexts_per_core: int = 1) -> BenchCase:
+    """A `Detector` over ``cores``: one worker per context, every stage inside the workers."""
+    instances = tuple(frozenset({core}) for core in sorted(cores)) * contexts_per_core
+    how = "processes" if workers == "process" else f"x{contexts_per_core}/core"
+    return BenchCase(
+        f"pool {format_cores(cores)} {how}",
+        "stream",
+        frozenset(cores),
+        instances,
+        len(instances),
+        workers,
+        contexts_per_core,
+    )
 
 
 @dataclass
@@ -273,6 +317,57 @@ def run_pool(
     return result
 
 
+def run_stream(
+    case: BenchCase,
+    open_pool: OpenPool,
+    image: npt.NDArray[np.uint8],
+    warmup: int,
+    iterations: int,
+    progress: Progress | None = None,
+) -> CaseResult:
+    """``warmup`` frames per context untimed, then ``iterations`` frames streamed through the pool
+    (ordered, bounded in flight); stage times come from each result's own timings, and the wait
+    for a free context counts as infer, as in the ``pool`` case."""
+    result = CaseResult(case)
+    pool = open_pool(case)
+    try:
+        result.label = pool.label
+        warm = warmup * max(len(case.instances), 1)
+        total = warm + iterations
+        done = 0
+        for found in pool.stream(itertools.repeat(image, warm)):
+            t = found.timings
+            result.warmup_ns.append(int((t.pre_ms + t.queue_ms + t.infer_ms + t.post_ms) * 1e6))
+            done += 1
+            if progress is not None:
+                progress(case.name, done, total)
+        start = time.perf_counter_ns()
+        for found in pool.stream(itertools.repeat(image, iterations)):
+            t = found.timings
+            infer = t.queue_ms + t.infer_ms
+            result.record(int(t.pre_ms * 1e6), int(infer * 1e6), int(t.post_ms * 1e6), len(found.detections))
+            done += 1
+            if progress is not None:
+                progress(case.name, done, total)
+        result.wall_ns = time.perf_counter_ns() - start if iterations else 0
+    finally:
+        pool.close()
+    return result
+
+
+def efficiencies(results: Sequence[CaseResult]) -> dict[str, float]:
+    """Pool FPS / the sum of the single-core cases' FPS, for each pool case (the NPU's limit is the
+    sum of what each core does alone; 1.0 = every core kept as busy as it can be)."""
+    single = sum(
+        r.fps
+        for r in results
+        if r.case.kind == "single" and r.case.cores and len(r.case.cores) == 1 and not r.error
+    )
+    if single <= 0:
+        return {}
+    return {r.case.name: r.fps / single for r in results if r.case.kind != "single" and r.error is None}
+
+
 def run_cases(
     cases: Sequence[BenchCase],
     open_runtime: OpenRuntime,
@@ -281,6 +376,7 @@ def run_cases(
     warmup: int,
     iterations: int,
     progress: Progress | None = None,
+    open_pool: OpenPool | None = None,
 ) -> list[CaseResult]:
     """Run every case in turn. A case whose runtime fails to open or run is recorded with its
     error (the message says what to do) and the others still run; a missing backend (no
@@ -289,6 +385,11 @@ def run_cases(
     for case in cases:
         runner = run_pool if case.kind == "pool" else run_single
         try:
+            if case.kind == "stream":
+                if open_pool is None:
+                    raise BackendUnavailableError(f"case {case.name} needs a pool opener", None)
+                results.append(run_stream(case, open_pool, image, warmup, iterations, progress))
+                continue
             results.append(runner(case, open_runtime, image, make_pipeline, warmup, iterations, progress))
         except BackendUnavailableError:
             raise
@@ -297,7 +398,7 @@ def run_cases(
     return results
 
 
-def case_json(result: CaseResult) -> dict[str, Any]:
+def case_json(result: CaseResult, efficiency: float | None = None) -> dict[str, Any]:
     """One case of the JSON report (see `report_json`)."""
     case = result.case
     return {
@@ -306,12 +407,15 @@ def case_json(result: CaseResult) -> dict[str, Any]:
         "cores": None if case.cores is None else sorted(case.cores),
         "instances": [sorted(cores) for cores in case.instances],
         "threads": case.threads,
+        "workers": case.workers if case.kind == "stream" else "thread",
+        "contexts_per_core": case.contexts_per_core,
         "label": result.label,
         "error": result.error,
         "warmup_iterations": len(result.warmup_ns),
         "iterations": result.iterations,
         "wall_ns": result.wall_ns,
         "fps": result.fps,
+        "efficiency": efficiency,
         "detections_last_frame": result.detections,
         "stats": result.stats(),
         "raw_ns": {name: list(result.stage(name)) for name in STAGES} | {"warmup": list(result.warmup_ns)},
@@ -321,18 +425,22 @@ def case_json(result: CaseResult) -> dict[str, Any]:
 def report_json(results: Sequence[CaseResult], context: dict[str, Any]) -> dict[str, Any]:
     """The `--json` document: ``context`` (backend, host, npu, runtime, model, image, settings)
     plus ``schema`` and one entry per case under ``cases``."""
-    return {"schema": SCHEMA, **context, "cases": [case_json(result) for result in results]}
+    shares = efficiencies(results)
+    cases = [case_json(result, shares.get(result.case.name)) for result in results]
+    return {"schema": SCHEMA, **context, "cases": cases}
 
 
 def table_rows(results: Sequence[CaseResult]) -> list[list[str]]:
     """Rows of the end-of-run table: case, FPS, then p50/p90/p99 of each stage in ms."""
     rows = []
+    shares = efficiencies(results)
     for result in results:
         if result.error is not None:
-            rows.append([result.case.name, "failed", result.error.splitlines()[0]])
+            rows.append([result.case.name, "failed", "", result.error.splitlines()[0]])
             continue
         stats = result.stats()
-        row = [result.case.name, f"{result.fps:.1f}"]
+        share = shares.get(result.case.name)
+        row = [result.case.name, f"{result.fps:.1f}", "" if share is None else f"{share:.0%}"]
         for name in STAGES:
             s = stats[name]
             row.append("/".join(_ms(s[key]) for key in ("p50_ms", "p90_ms", "p99_ms")))
@@ -349,6 +457,7 @@ def _ms(value: float) -> str:
 TABLE_HEADER = [
     "case",
     "FPS",
+    "efficiency",
     "pre ms p50/p90/p99",
     "infer ms p50/p90/p99",
     "post ms p50/p90/p99",

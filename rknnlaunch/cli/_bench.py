@@ -22,10 +22,14 @@ import numpy.typing as npt
 from .._errors import UsageError
 from .._version import __version__
 from ..bench import _engine as _bench
-from ..model._metadata import ModelPipeline, resolve_model, sha256
+from ..bench._board import PublishedFigure, governor_warnings, published_figure, read_governors
+from ..model._metadata import resolve_model, sha256
 from ..npu import HostRoot, format_cores, runnable_core_sets
 from ..npu._librknnrt import LIBRKNNRT_PATH, find_librknnrt
-from ..runtime._open import BACKENDS, Plan, open_plan, plan
+from ..pipeline._detector import Detector
+from ..pipeline._spec import ModelPipeline
+from ..runtime._choice import BACKENDS, LaunchPlan
+from ..runtime._open import open_plan, plan
 from ..runtime._rknnlite import RknnLiteFactory
 from ..settings._env import NpuSettings, load_settings
 from ..yolo import read_image
@@ -67,7 +71,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="node-level run on every NPU core, ignoring the pod's allocation",
     )
-    parser.add_argument("--no-pool", action="store_true", help="skip the pool case")
+    parser.add_argument("--no-pool", action="store_true", help="skip the pool cases")
+    parser.add_argument(
+        "--no-process-pool",
+        action="store_true",
+        help="skip the pool case with worker processes (threads and 2 contexts per core still run)",
+    )
     parser.add_argument("--conf", type=float, default=0.25, help="confidence threshold (0.25)")
     parser.add_argument("--iou", type=float, default=0.45, help="NMS IoU threshold (0.45)")
     parser.add_argument("--pad", type=int, help="letterbox pad value (default 114 for .onnx, 0 for .rknn)")
@@ -136,7 +145,7 @@ def _librknnrt(host: HostRoot) -> dict[str, Any] | None:
     return {"path": found.path, "version": found.version, "version_line": found.version_line}
 
 
-def _npu_context(the_plan: Plan, cores: frozenset[int], all_cores: bool) -> dict[str, Any] | None:
+def _npu_context(the_plan: LaunchPlan, cores: frozenset[int], all_cores: bool) -> dict[str, Any] | None:
     target = the_plan.target
     if target is None:
         return None
@@ -220,32 +229,57 @@ class _Setup:
 
     cases: list[_bench.BenchCase]
     open_case: _bench.OpenRuntime
+    open_pool: _bench.OpenPool
     cores: frozenset[int]
     defaults: tuple[int, int]
     label: str
 
 
 def _setup(
-    the_plan: Plan, args: argparse.Namespace, settings: NpuSettings, rknnlite: RknnLiteFactory | None
+    the_plan: LaunchPlan,
+    args: argparse.Namespace,
+    settings: NpuSettings,
+    rknnlite: RknnLiteFactory | None,
+    pipeline: ModelPipeline,
 ) -> _Setup:
     def open_case(cores: frozenset[int] | None) -> _bench.BenchRuntime:
         # The plan already discovered the NPU and checked the model: open just this core set.
         case_plan = the_plan if cores is None else dataclasses.replace(the_plan, groups=(cores,))
         return open_plan(case_plan, settings, rknnlite)[0]
 
+    def open_pool(case: _bench.BenchCase) -> _bench.StreamPool:
+        detector: _bench.StreamPool = Detector(
+            the_plan.model,
+            case.cores,
+            settings=settings,
+            rknnlite=rknnlite,
+            contexts_per_core=case.contexts_per_core,
+            workers="process" if case.workers == "process" else "thread",
+            conf=pipeline.conf_threshold,
+            iou=pipeline.iou_threshold,
+            pad=pipeline.pad_value,
+            launch_plan=the_plan,
+        )
+        return detector
+
     target = the_plan.target
     if the_plan.backend == "cpu" or target is None:
         label = f"CPU (onnxruntime): {the_plan.cpu_reason}"
-        return _Setup([_bench.single_case(None)], open_case, frozenset(), CPU_DEFAULTS, label)
+        return _Setup([_bench.single_case(None)], open_case, open_pool, frozenset(), CPU_DEFAULTS, label)
     allocation = target.allocation
     cases = [
         _bench.single_case(core_set)
         for core_set in runnable_core_sets(allocation.soc, allocation.core_count, within=allocation.cores)
     ]
-    if len(allocation.cores) > 1 and not args.no_pool:
+    if not args.no_pool and allocation.soc.core_mask_settable:
         threads = _positive(args.threads, len(allocation.cores), "--threads")
-        cases.append(_bench.pool_case(allocation.cores, threads))
-    return _Setup(cases, open_case, allocation.cores, NPU_DEFAULTS, f"NPU {target.info.soc.name}")
+        if len(allocation.cores) > 1:
+            cases.append(_bench.pool_case(allocation.cores, threads))
+        if not args.no_process_pool:
+            cases.append(_bench.stream_case(allocation.cores, "process"))
+        cases.append(_bench.stream_case(allocation.cores, "thread", contexts_per_core=2))
+    label = f"NPU {target.info.soc.name}"
+    return _Setup(cases, open_case, open_pool, allocation.cores, NPU_DEFAULTS, label)
 
 
 def execute(
@@ -260,18 +294,24 @@ def execute(
     model = resolve_model(args.model)
     if args.all_cores:
         settings = settings.model_copy(update={"core_mask": None, "cores": None})
-    the_plan = plan(model, None, args.backend, settings, split=True)
+    the_plan = plan(model, None, args.backend, settings, "per-core")
     # Validates --pad/--conf/--iou, and below the output paths, before any runtime is opened.
     pipeline = ModelPipeline.for_model(the_plan.model, args.pad, args.conf, args.iou)
     meta, width, height = pipeline.metadata, pipeline.input_width, pipeline.input_height
     image, image_source = load_image(args.image)
     _check_outputs(args.json, args.plot)
-    setup = _setup(the_plan, args, settings, rknnlite)
+    setup = _setup(the_plan, args, settings, rknnlite, pipeline)
     warmup = _positive(args.warmup, setup.defaults[0], "--warmup", minimum=0)
     iterations = _positive(args.iterations, setup.defaults[1], "-n")
     versions = _versions(the_plan.backend, the_plan.target.host if the_plan.target is not None else None)
     npu = _npu_context(the_plan, setup.cores, args.all_cores) if the_plan.backend == "npu" else None
     print(_heading(setup, npu, versions, args.all_cores), file=out)
+    governors = published = None
+    if the_plan.target is not None:
+        governors = read_governors(the_plan.target.host, the_plan.target.info)
+        for warning in governor_warnings(governors):
+            print(f"  warning: {warning}", file=out)
+        published = published_figure(the_plan.model.name, the_plan.target.info.soc.name)
     print(
         f"  model {the_plan.model.name} ({meta['format']}, input {width}x{height}), image {image_source}, "
         f"{warmup} warm-up + {iterations} timed frames per case",
@@ -283,7 +323,7 @@ def execute(
     bar = _ProgressBar(enabled=long_run and not args.no_progress, stream=sys.stderr)
     with bar.shown():
         results = _bench.run_cases(
-            setup.cases, setup.open_case, image, pipeline.stages, warmup, iterations, bar
+            setup.cases, setup.open_case, image, pipeline.stages, warmup, iterations, bar, setup.open_pool
         )
 
     title = f"{setup.label} - {the_plan.model.name} - p50/p90/p99 per stage, warm-up excluded"
@@ -300,6 +340,8 @@ def execute(
         else:
             print(f"  {result.case.name}: {result.label}; no warm-up", file=out)
 
+    if published is not None:
+        print(_published_line(published, results), file=out)
     if args.json:
         context = {
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -313,6 +355,8 @@ def execute(
                 "cpu_count": os.cpu_count(),
             },
             "npu": npu,
+            "governors": governors.as_dict() if governors is not None else None,
+            "published": published.as_dict() if published is not None else None,
             "runtime": versions,
             "model": {**meta, "sha256": sha256(the_plan.model)},
             "image": {"source": image_source, "width": int(image.shape[1]), "height": int(image.shape[0])},
@@ -335,6 +379,23 @@ def execute(
         _write(args.plot, lambda path: _bench.plot(results, path, plot_title))
         print(f"wrote {args.plot}", file=out)
     return 1 if any(result.error is not None for result in results) else 0
+
+
+def _published_line(published: PublishedFigure, results: list[_bench.CaseResult]) -> str:
+    """The published single-core figure beside ours (inference only, from each core's p50)."""
+    ours = [
+        f"core {format_cores(r.case.cores)} {1000 / r.stats()['infer']['p50_ms']:.1f}"
+        for r in results
+        if r.case.kind == "single"
+        and r.case.cores
+        and len(r.case.cores) == 1
+        and r.error is None
+        and r.iterations
+        if r.stats()["infer"]["p50_ms"] > 0
+    ]
+    here = "; here (inference only, 1000 / p50): " + ", ".join(ours) if ours else ""
+    figure = f"{published.single_core_fps} FPS per core ({published.source})"
+    return f"  published {published.model} on {published.soc}: {figure}{here}"
 
 
 def _heading(setup: _Setup, npu: dict[str, Any] | None, versions: dict[str, Any], all_cores: bool) -> str:

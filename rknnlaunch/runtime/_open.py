@@ -9,11 +9,13 @@ multi-core NPU.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import fcntl
 import os
 import sys
+import tempfile
 import threading
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Protocol
@@ -23,10 +25,8 @@ import numpy as np
 from .._errors import (
     DiscoveryError,
     InferenceError,
-    MaskError,
     ModelError,
     RuntimeInitError,
-    UsageError,
 )
 from ..model._files import require_file
 from ..model._rknnfile import read_rknn
@@ -36,20 +36,46 @@ from ..npu import (
     mask_name,
     models_compatible,
     rknnlite_mask,
-    runnable_groups,
 )
-from ..settings._allocation import NpuTarget, find_npu, select_cores
+from ..settings._allocation import NpuTarget, find_npu
 from ..settings._env import NpuSettings, load_settings
 from . import _dtcompat
+from ._choice import BACKENDS, LaunchPlan, Layout, choose_contexts
 from ._closing import ClosesOnExit
 from ._cpu import CpuRuntime, as_nhwc_batch
 from ._rknnlite import RknnLiteFactory, RknnLiteLike, capture_runtime_log, load_rknnlite
 
 Backend = Literal["auto", "npu", "cpu"]
-BACKENDS: tuple[str, ...] = ("auto", "npu", "cpu")
 
 _INIT_LOCK = threading.Lock()
 """Serialises RKNNLite load/init across the whole process (and captures their log cleanly)."""
+
+INIT_LOCK_FILE = Path(tempfile.gettempdir()) / "rknnlaunch-npu-init.lock"
+"""Serialises load/init across processes too (process workers, several apps in one container)."""
+
+
+@contextlib.contextmanager
+def npu_init_lock(path: Path = INIT_LOCK_FILE) -> Iterator[None]:
+    """Hold the process-wide init lock and an exclusive ``flock`` on ``path``.
+
+    Concurrent `rknn_init` from several processes has crashed the rknpu driver (docs/hardware.md).
+    The kernel drops a ``flock`` when its holder dies, so a worker killed mid-init cannot block
+    the others. When the file cannot be opened at all, only the in-process lock is held.
+    """
+    with _INIT_LOCK:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                yield
+                return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing the last descriptor releases the lock
 
 
 class Runtime(Protocol):
@@ -190,7 +216,7 @@ def open_npu(
     mask = rknnlite_mask(allocation.soc, cores, allocation.core_count)
     lite = factory()
     try:
-        with _INIT_LOCK:
+        with npu_init_lock():
             with capture_runtime_log() as load_log:
                 code = lite.load_rknn(os.fspath(model))
             if code != 0:
@@ -233,68 +259,36 @@ def onnx_for(model: Path) -> Path:
     )
 
 
-@dataclass(frozen=True)
-class Plan:
-    """What to open: the CPU (with why) or NPU core groups."""
-
-    backend: str
-    model: Path
-    cpu_reason: str | None = None
-    cpu_detail: str | None = None
-    target: NpuTarget | None = None
-    groups: tuple[frozenset[int], ...] = ()
-
-
 def plan(
     model: str | os.PathLike[str],
     cores: Iterable[int] | str | None,
     backend: str,
     settings: NpuSettings,
-    split: bool,
-    per_core: bool = False,
-) -> Plan:
-    """Decide the backend and the core groups.
+    layout: Layout = "one",
+    contexts_per_core: int = 1,
+) -> LaunchPlan:
+    """Discover the NPU, let `choose_contexts` decide, then check the files the decision names.
 
-    ``split``: the fewest runnable groups (Pool; {0,2} -> {0}, {2}); ``per_core``: one group per core
-    (Pool(per_core=True), for throughput: one context per core, each fed by its own thread).
+    The edge around the pure decision: discovery and model-file reads happen here, nowhere else.
     """
-    if backend not in BACKENDS:
-        raise UsageError(f"backend={backend!r} is not a backend", "use 'auto', 'npu' or 'cpu'")
     path = Path(model)
-    if backend == "cpu":
-        if cores is not None:
-            raise UsageError("cores= was given with backend='cpu'", "drop cores= or use backend='npu'")
-        return Plan("cpu", onnx_for(path), "backend='cpu' requested")
-    try:
-        target = find_npu(settings)
-    except DiscoveryError as exc:
-        if backend == "npu":
-            raise
-        return Plan("cpu", onnx_for(path), "no NPU found", cpu_detail=exc.problem)
-    if path.suffix.lower() == ".onnx":
-        if backend == "npu":
-            raise ModelError(
-                f"the NPU runs .rknn models; {path} is an ONNX model",
-                "convert it with rknn-toolkit2 (load_onnx, build, export_rknn), or use backend='cpu'",
-            )
-        return Plan("cpu", path, "model is ONNX (the NPU needs its .rknn export)")
-    chosen = select_cores(target.allocation, cores)
-    allocation = target.allocation
-    if split and per_core and allocation.soc.core_mask_settable:
-        groups = tuple(frozenset({core}) for core in sorted(chosen))
-    elif split:
-        groups = runnable_groups(allocation.soc, chosen, allocation.core_count)
+    npu: NpuTarget | DiscoveryError
+    if backend == "cpu" or backend not in BACKENDS:
+        npu = DiscoveryError("NPU discovery skipped", None)  # the decision never reads it
     else:
         try:
-            rknnlite_mask(allocation.soc, chosen, allocation.core_count)
-        except MaskError as exc:
-            raise MaskError(exc.problem, f"{exc.fix}; rknnlaunch.Pool does that for you") from None
-        groups = (chosen,)
-    _check_model(path, target)
-    return Plan("npu", path, target=target, groups=groups)
+            npu = find_npu(settings)
+        except DiscoveryError as exc:
+            npu = exc
+    chosen = choose_contexts(backend, path, npu, cores, layout, contexts_per_core)
+    if chosen.backend == "cpu":
+        return dataclasses.replace(chosen, model=onnx_for(path))
+    assert chosen.target is not None
+    _check_model(path, chosen.target)
+    return chosen
 
 
-def open_plan(the_plan: Plan, settings: NpuSettings, rknnlite: RknnLiteFactory | None) -> list[Runtime]:
+def open_plan(the_plan: LaunchPlan, settings: NpuSettings, rknnlite: RknnLiteFactory | None) -> list[Runtime]:
     """Open every runtime of ``the_plan``; on failure close the ones already open."""
     if the_plan.backend == "cpu":
         return [CpuRuntime(the_plan.model, the_plan.cpu_reason or "", detail=the_plan.cpu_detail)]
@@ -332,5 +326,5 @@ def open(
     Raises a `RknnLaunchError` subclass whose message says what to do.
     """
     settings = settings if settings is not None else load_settings()
-    the_plan = plan(model, cores, backend, settings, split=False)
+    the_plan = plan(model, cores, backend, settings)
     return open_plan(the_plan, settings, rknnlite)[0]

@@ -1,40 +1,172 @@
-"""`rknnlaunch.Pool`: one runtime per runnable core group, one worker thread each, ordered map.
+"""`rknnlaunch.Pool`: one context per allocated core (the throughput path), threads or processes.
 
-RKNNLite's inference releases the GIL, so one thread per context scales across NPU cores. A core
-set the runtime cannot run as one context ({0,2} on RK3588) becomes one context per group.
+One multi-core context is a latency tool: YOLOv8s takes 32/23/18 ms on 1/2/3 RK3588 cores in ONE
+context (~55 FPS on three), while three single-core contexts give ~94 FPS (docs/sdk.md, "Latency or
+throughput"). So the pool opens one context per core (``contexts_per_core=2``: two per core) and
+feeds each from its own worker thread or process; `open()` stays the one-context latency path.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import queue
-import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from .._errors import InferenceError
-from ..npu import format_cores
+from .._errors import UsageError
+from ..model._rknnfile import read_rknn
+from ..npu import HostRoot, format_cores
 from ..settings._env import NpuSettings, load_settings
+from . import _workers
+from ._affinity import find_big_cpus
+from ._choice import LaunchPlan, Layout, choose_contexts
 from ._closing import ClosesOnExit
-from ._open import Runtime, open_plan, plan
-from ._rknnlite import RknnLiteFactory
+from ._open import open_plan, plan
+from ._workers import (
+    DEPTH,
+    FactorySpec,
+    FrameTask,
+    InferTask,
+    ProcessWorkers,
+    ThreadWorkers,
+    resolve_factory,
+)
 
-_Job = tuple[Any, "Future[list[np.ndarray]]"]
+WorkerKind = Literal["thread", "process"]
+WORKER_KINDS: tuple[str, ...] = ("thread", "process")
+CpuAffinity = Literal["big"] | Iterable[int] | None
+
+
+def _cpus_for(affinity: CpuAffinity, settings: NpuSettings) -> frozenset[int] | None:
+    """The CPUs to pin process workers to, within what this process may use (None: no pinning)."""
+    if affinity is None:
+        return None
+    wanted = (
+        find_big_cpus(HostRoot(settings.root)) if affinity == "big" else frozenset(int(c) for c in affinity)
+    )
+    usable = wanted & frozenset(os.sched_getaffinity(0))
+    return usable or None
+
+
+class WorkerGroup:
+    """The plan and running workers behind a `Pool` or a `Detector` (one place that starts them)."""
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        cores: Iterable[int] | str | None,
+        backend: str,
+        settings: NpuSettings | None,
+        rknnlite: FactorySpec,
+        contexts_per_core: int,
+        workers: str,
+        cpu_affinity: CpuAffinity,
+        make_task: Callable[[LaunchPlan], FrameTask],
+        gc_every: int | None = None,
+        max_contexts: int | None = None,
+        layout: Layout = "per-core",
+        launch_plan: LaunchPlan | None = None,
+    ) -> None:
+        if workers not in WORKER_KINDS:
+            raise UsageError(f"workers={workers!r} is not a worker kind", "use 'thread' or 'process'")
+        if cpu_affinity is not None and workers != "process":
+            raise UsageError(
+                "cpu_affinity= pins worker processes", "add workers='process', or drop cpu_affinity="
+            )
+        if workers == "process":
+            _workers.start_forkserver()  # boots while the plan is made
+        settings = settings if settings is not None else load_settings()
+        if launch_plan is None:
+            chosen = plan(model, cores, backend, settings, layout, contexts_per_core)
+        elif launch_plan.backend == "npu" and launch_plan.target is not None:
+            # Already discovered and checked (the bench): only the pure decision again.
+            chosen = choose_contexts(
+                "npu", launch_plan.model, launch_plan.target, cores, layout, contexts_per_core
+            )
+        else:
+            chosen = launch_plan
+        if max_contexts is not None:
+            chosen = dataclasses.replace(chosen, groups=chosen.groups[:max_contexts])
+        self.plan: LaunchPlan = chosen
+        self.task = task = make_task(chosen)
+        self.cpus = _cpus_for(cpu_affinity, settings)
+        gc_every = gc_every if gc_every is not None else _workers.GC_EVERY
+        self.workers: ThreadWorkers | ProcessWorkers
+        if workers == "process":
+            self.workers = ProcessWorkers(self.plan, settings, rknnlite, task, self.cpus, gc_every)
+        else:
+            runtimes = open_plan(self.plan, settings, resolve_factory(rknnlite))
+            self.workers = ThreadWorkers(runtimes, task, gc_every)
+        self.backend: str = self.plan.backend
+        self.cores: frozenset[int] = (
+            frozenset().union(*self.plan.groups) if self.backend == "npu" else frozenset()
+        )
+        if self.backend == "npu":
+            target = self.plan.target
+            soc = target.info.soc.name if target is not None else "?"
+            count = self.workers.size
+            kind = "process" if workers == "process" else "thread"
+            self.label = (
+                f"NPU {soc} cores {format_cores(self.cores)}: {count} context{'s' if count > 1 else ''} "
+                f"({kind} workers)"
+            )
+        else:
+            self.label = self.workers.labels[0]
+
+    def input_shape(self) -> tuple[int, int, int] | None:
+        """(H, W, C) the model takes, from the .rknn header (None when it does not say)."""
+        if self.backend != "npu":
+            return None
+        inputs = read_rknn(self.plan.model).inputs
+        shape = inputs[0].shape if inputs else ()
+        if len(shape) == 4 and shape[0] == 1 and all(d > 0 for d in shape):
+            return (shape[1], shape[2], shape[3])
+        return None
+
+
+def check_tensor(x: Any, expected: tuple[int, int, int] | None) -> np.ndarray:
+    """A letterboxed NHWC uint8 frame (batch of one optional) as an array, or `UsageError`."""
+    array = x if isinstance(x, np.ndarray) else np.asarray(x)
+    hwc = array.shape[1:] if array.ndim == 4 and array.shape[0] == 1 else array.shape
+    wanted = "x".join(map(str, expected)) if expected else "H x W x C"
+    if array.dtype != np.uint8 or len(hwc) != 3 or (expected is not None and tuple(hwc) != expected):
+        raise UsageError(
+            f"frame is {array.dtype} of shape {array.shape}; this model takes uint8 {wanted} "
+            f"(NHWC, optionally with a batch dimension of 1)",
+            "letterbox each frame to the model input (rknnlaunch.yolo.Letterboxer), or use "
+            "rknnlaunch.Detector, which letterboxes and decodes for you",
+        )
+    return array
+
+
+def _infer_task(_plan: LaunchPlan) -> FrameTask:
+    return InferTask()
 
 
 class Pool(ClosesOnExit):
-    """Runtimes on every allocated core group, fed by a shared queue.
+    """One runtime per allocated NPU core (``contexts_per_core`` per core), fed by worker threads
+    (default) or processes (``workers="process"``).
 
-    ``infer(x)`` blocks for one result; ``submit(x)`` returns a Future; ``map(frames)`` yields
-    results in input order while keeping every worker busy. Use as a context manager or call
-    ``close()``. Arguments as for `rknnlaunch.open`, plus ``per_core``: by default the cores form
-    the fewest contexts RKNNLite can run (all of RK3588's cores = one 3-core context; {0,2} = two);
-    ``per_core=True`` opens one single-core context per core instead, which is what multi-instance
-    throughput figures use (one thread per core).
+    ``infer(x)`` blocks for one result; ``submit(x) -> Future``; ``map(frames)`` yields results in
+    input order while keeping every context busy. ``x`` is a letterboxed NHWC uint8 frame; a wrong
+    shape or dtype is a `UsageError` at once. Arguments as for `rknnlaunch.open`, plus:
+
+    - ``contexts_per_core``: 1, or 2 to keep a core busy while the other context's frame is converted;
+    - ``workers``: ``"thread"`` (the runtime releases the GIL while the NPU runs) or ``"process"``
+      (one process per context: the binding's GIL-held conversions run in parallel; frames travel
+      through shared memory; ``rknnlite`` must then be picklable or a ``"module:callable"`` string);
+    - ``cpu_affinity``: process workers only: ``"big"`` (the big cores found in sysfs, e.g. RK3588's
+      A76s) or CPU numbers.
+
+    A worker process that dies fails only its in-flight frames (`WorkerDiedError` naming the core)
+    and is replaced. ``close()`` finishes every submitted frame, then releases every context.
+    A submitted frame is read when a worker takes it (threads) or is copied into shared memory when
+    it is handed to a worker process, not at ``submit``: do not overwrite it before its result is
+    back (copy a reused letterbox buffer, or use `rknnlaunch.Detector`).
     """
 
     def __init__(
@@ -44,68 +176,39 @@ class Pool(ClosesOnExit):
         backend: str = "auto",
         *,
         settings: NpuSettings | None = None,
-        rknnlite: RknnLiteFactory | None = None,
-        per_core: bool = False,
+        rknnlite: FactorySpec = None,
+        contexts_per_core: int = 1,
+        workers: WorkerKind = "thread",
+        cpu_affinity: CpuAffinity = None,
     ) -> None:
-        settings = settings if settings is not None else load_settings()
-        the_plan = plan(model, cores, backend, settings, split=True, per_core=per_core)
-        self.runtimes: tuple[Runtime, ...] = tuple(open_plan(the_plan, settings, rknnlite))
-        self.backend: str = self.runtimes[0].backend
-        self.cores: frozenset[int] = frozenset().union(*(runtime.cores for runtime in self.runtimes))
-        if self.backend == "npu":
-            target = the_plan.target
-            soc = target.info.soc.name if target is not None else "?"
-            parts = " + ".join(f"{{{format_cores(r.cores)}}}" for r in self.runtimes)
-            count = len(self.runtimes)
-            self.label = f"NPU {soc} cores {format_cores(self.cores)}: {count} runtime(s) {parts}"
-        else:
-            self.label = self.runtimes[0].label
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._closed = False
-        self._close_lock = threading.Lock()
-        self._threads = [
-            threading.Thread(target=self._work, args=(runtime,), name=f"rknnlaunch-pool-{index}", daemon=True)
-            for index, runtime in enumerate(self.runtimes)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._group = WorkerGroup(
+            model, cores, backend, settings, rknnlite, contexts_per_core, workers, cpu_affinity, _infer_task
+        )
+        self._workers = self._group.workers
+        self._expected = self._group.input_shape()
+        self.backend = self._group.backend
+        self.cores = self._group.cores
+        self.label = self._group.label
+        self.labels: tuple[str, ...] = self._workers.labels
+        """One label per context (``NPU rk3588 core 0 (mask 1)``)."""
+        self.workers: str = self._workers.kind
 
     @property
     def size(self) -> int:
-        """Number of runtimes (and worker threads)."""
-        return len(self.runtimes)
-
-    def _work(self, runtime: Runtime) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            frame, future = job
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(runtime.infer(frame))
-            except BaseException as exc:
-                future.set_exception(exc)
+        """Number of contexts (and workers)."""
+        return self._workers.size
 
     def submit(self, x: Any) -> Future[list[np.ndarray]]:
         """Queue one frame; the Future resolves to the model's raw outputs."""
-        future: Future[list[np.ndarray]] = Future()
-        # Under the close lock: a job queued after close()'s stop markers would never run, and its
-        # caller would wait forever.
-        with self._close_lock:
-            if self._closed:
-                raise InferenceError("this pool is closed", "create a new rknnlaunch.Pool")
-            self._jobs.put((x, future))
-        return future
+        return self._workers.submit(check_tensor(x, self._expected))
 
     def infer(self, x: Any) -> list[np.ndarray]:
-        """Run one frame on whichever runtime is free; blocks for its outputs."""
+        """Run one frame on whichever context is free; blocks for its outputs."""
         return self.submit(x).result()
 
     def map(self, frames: Iterable[Any], in_flight: int | None = None) -> Iterator[list[np.ndarray]]:
-        """Outputs for ``frames`` in input order; at most ``in_flight`` queued (default 2 per runtime)."""
-        limit = max(1, in_flight if in_flight is not None else 2 * self.size)
+        """Outputs for ``frames`` in input order; at most ``in_flight`` queued (default 2 per context)."""
+        limit = max(1, in_flight if in_flight is not None else DEPTH * self.size)
         pending: deque[Future[list[np.ndarray]]] = deque()
         try:
             for frame in frames:
@@ -120,16 +223,7 @@ class Pool(ClosesOnExit):
 
     def close(self) -> None:
         """Finish queued frames, stop the workers and release every runtime (idempotent)."""
-        with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
-            for _ in self._threads:
-                self._jobs.put(None)
-        for thread in self._threads:
-            thread.join()
-        for runtime in self.runtimes:
-            runtime.close()
+        self._workers.close()
 
     def __repr__(self) -> str:
         return f"<Pool {self.label!r}>"

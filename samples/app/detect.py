@@ -1,7 +1,8 @@
 """Sample inference app: frames (file or RTSP) -> YOLOv8 via rknnlaunch -> logged detections and FPS.
 
-Runs on the NPU cores the device plugin allocated to this pod (``rknnlaunch.open`` reads the
-injected ``RKNN_NPU_*`` settings), or on the CPU backend with an ``.onnx`` model (``--backend cpu``).
+Runs on the NPU cores the device plugin allocated to this pod (``rknnlaunch.Detector`` reads the
+injected ``RKNN_NPU_*`` settings; letterbox, inference and decode run in one worker per core), or on
+the CPU backend with an ``.onnx`` model (``--backend cpu``).
 Every option also reads an environment variable (``SOURCE``, ``MODEL``, ...) so manifests can set
 them without rewriting the command. Exit status: 0 done, 1 failure (message says what to do), 2
 usage error.
@@ -10,15 +11,15 @@ usage error.
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import os
 import signal
 import sys
 import threading
 import time
-from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -30,12 +31,7 @@ import numpy.typing as npt
 import rknnlaunch
 from rknnlaunch.yolo import (
     COCO_NAMES,
-    PAD_RKNN_MODEL_ZOO,
-    PAD_ULTRALYTICS,
     Detections,
-    Letterboxer,
-    LetterboxInfo,
-    YoloDecoder,
 )
 from rknnlaunch.yolo import class_count as yolo_class_count
 
@@ -50,17 +46,32 @@ class SourceError(rknnlaunch.RknnLaunchError):
     """The frame source cannot be opened or stopped delivering frames."""
 
 
-class InferencePool(Protocol):
-    """What the app needs from ``rknnlaunch.Pool``: one runtime per allocated core group."""
+class FrameResult(Protocol):
+    """What the app reads from each `rknnlaunch.DetectResult`."""
+
+    @property
+    def detections(self) -> Detections: ...
+
+    @property
+    def timings(self) -> rknnlaunch.StageTimings: ...
+
+    @property
+    def dropped(self) -> int: ...
+
+    @property
+    def class_count(self) -> int | None: ...
+
+
+class FrameDetector(Protocol):
+    """What the app needs from `rknnlaunch.Detector`: a label, ordered ``stream`` and ``with``."""
 
     label: str
 
-    @property
-    def size(self) -> int: ...
+    def stream(
+        self, frames: Iterable[Frame], in_flight: int | None = None, latest_only: bool = False
+    ) -> Iterator[FrameResult]: ...
 
-    def submit(self, x: npt.NDArray[np.uint8]) -> Future[list[npt.NDArray[Any]]]: ...
-
-    def __enter__(self) -> InferencePool: ...
+    def __enter__(self) -> FrameDetector: ...
 
     def __exit__(
         self,
@@ -70,13 +81,20 @@ class InferencePool(Protocol):
     ) -> None: ...
 
 
-OpenPool = Callable[[str, str], InferencePool]
+OpenDetector = Callable[[argparse.Namespace], FrameDetector]
 
 
-def open_pool(model: str, backend: str) -> InferencePool:
-    """The allocated cores as a pool: one core -> one runtime; {0,1,2} -> one per runnable group."""
-    pool: InferencePool = rknnlaunch.Pool(model, backend=backend)
-    return pool
+def open_detector(args: argparse.Namespace) -> FrameDetector:
+    """Letterbox, inference and decode in one worker per allocated core (threads or processes)."""
+    detector: FrameDetector = rknnlaunch.Detector(
+        args.model,
+        backend=args.backend,
+        conf=args.conf,
+        iou=args.iou,
+        pad=args.pad,
+        workers=args.workers,
+    )
+    return detector
 
 
 # --- frame sources ------------------------------------------------------------------------------
@@ -320,10 +338,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--iou", type=float, default=env("IOU", "0.45"), help="NMS IoU threshold")
     parser.add_argument(
-        "--imgsz",
-        type=int,
-        default=env("IMGSZ", "640"),
-        help="the model's square input size in pixels (env IMGSZ)",
+        "--workers",
+        default=env("WORKERS", "thread"),
+        choices=("thread", "process"),
+        help="one worker thread or process per NPU core; process scales letterbox/decode over "
+        "the CPUs (env WORKERS)",
+    )
+    parser.add_argument(
+        "--latest-only",
+        default=env("LATEST_ONLY", "auto"),
+        choices=("auto", "yes", "no"),
+        help="drop frames the NPU cannot keep up with instead of falling behind; auto: yes for "
+        "cameras and streams, no for files (env LATEST_ONLY)",
     )
     parser.add_argument(
         "--pad",
@@ -353,78 +379,53 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@dataclass
-class _InFlight:
-    info: LetterboxInfo
-    submitted: float
-    pre: float
-    future: Future[list[npt.NDArray[Any]]]
+def latest_only(args: argparse.Namespace) -> bool:
+    """Live sources (camera index, network stream) drop stale frames unless told otherwise."""
+    if args.latest_only != "auto":
+        return bool(args.latest_only == "yes")
+    return is_stream(args.source) or args.source.isdigit()
 
 
-def run(args: argparse.Namespace, open_pool: OpenPool, stop: threading.Event) -> int:
+def run(args: argparse.Namespace, open_detector: OpenDetector, stop: threading.Event) -> int:
     names = load_labels(args.labels)
-    pad = args.pad
-    if pad is None:
-        pad = PAD_ULTRALYTICS if args.model.lower().endswith(".onnx") else PAD_RKNN_MODEL_ZOO
-    letterbox = Letterboxer(args.imgsz, pad_value=pad)
-    decoder = YoloDecoder(conf_threshold=args.conf, iou_threshold=args.iou)
     clock = time.monotonic
-    with open_pool(args.model, args.backend) as pool:
-        log.info("model %s on %s; source %s", args.model, pool.label, args.source)
+    with open_detector(args) as detector:
+        log.info("model %s on %s; source %s", args.model, detector.label, args.source)
         meter = FpsMeter(interval_s=args.log_every, started=clock())
-        # Keep every runtime busy: up to two frames queued per runtime, results taken in order.
-        limit = 2 * max(1, pool.size)
-        pending: deque[_InFlight] = deque()
-
         labels: list[tuple[str, ...] | None] = []  # fitted to the model on the first result
-
-        def finish(job: _InFlight) -> None:
-            outputs = job.future.result()
-            t_done = clock()
+        source: Iterator[Frame] = frames(args.source, loop=args.loop, stop=stop)
+        if args.max_frames:
+            source = itertools.islice(source, args.max_frames)
+        dropped = 0
+        for result in detector.stream(source, latest_only=latest_only(args)):
             if not labels:
-                fitted, warning = fit_labels(names, class_count([o.shape for o in outputs]), args.labels)
+                fitted, warning = fit_labels(names, result.class_count, args.labels)
                 if warning:
                     log.warning("%s", warning)
                 labels.append(fitted)
-            detections = decoder(outputs, job.info)
-            t_post = clock()
+            detections = result.detections
+            timings = result.timings
+            dropped += result.dropped
             meter.add(
-                job.pre,
-                t_done - job.submitted,
-                t_post - t_done,
+                timings.pre_ms / 1000,
+                (timings.queue_ms + timings.infer_ms) / 1000,
+                timings.post_ms / 1000,
                 [label_of(int(c), labels[0]) for c in detections.class_ids],
             )
+            now = clock()
             if args.verbose or meter.total_frames == 1:
                 log.info("frame %d: %s", meter.total_frames, describe(detections, labels[0]))
-            if meter.due(t_post):
+            if meter.due(now):
                 log.info("frame %d: %s", meter.total_frames, describe(detections, labels[0]))
-                log.info("%s", meter.report(t_post))
-
-        submitted = 0
-        try:
-            for frame in frames(args.source, loop=args.loop, stop=stop):
-                t0 = clock()
-                x, info = letterbox(frame)
-                x = x.copy()  # the letterbox buffer is reused for the next frame
-                t1 = clock()
-                pending.append(_InFlight(info, t1, t1 - t0, pool.submit(x)))
-                submitted += 1
-                if len(pending) >= limit:
-                    finish(pending.popleft())
-                if args.max_frames and submitted >= args.max_frames:
-                    break
-            while pending:
-                finish(pending.popleft())
-        finally:
-            for job in pending:
-                job.future.cancel()
+                log.info("%s", meter.report(now))
         if meter.frames:
             log.info("%s", meter.report(clock()))
-        log.info("done: %d frames from %s", meter.total_frames, args.source)
+        skipped = f" ({dropped} stale frames dropped)" if dropped else ""
+        log.info("done: %d frames from %s%s", meter.total_frames, args.source, skipped)
     return 0
 
 
-def main(argv: Sequence[str] | None = None, open_pool: OpenPool = open_pool) -> int:
+def main(argv: Sequence[str] | None = None, open_detector: OpenDetector = open_detector) -> int:
     logging.basicConfig(
         level=os.environ.get("LOG_LEVEL", "INFO").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -443,7 +444,7 @@ def main(argv: Sequence[str] | None = None, open_pool: OpenPool = open_pool) -> 
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, _stop)
     try:
-        return run(args, open_pool, stop)
+        return run(args, open_detector, stop)
     except rknnlaunch.RknnLaunchError as exc:
         log.error("%s", exc)
         return exc.exit_code

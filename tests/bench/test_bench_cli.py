@@ -58,10 +58,39 @@ def test_npu_bench_covers_every_runnable_core_set_and_the_pool(
     assert "rknnlaunch bench: NPU rk3588" in text
     doc = json.loads(report.read_text())
     names = [case["name"] for case in doc["cases"]]
-    assert names == ["cores 0", "cores 1", "cores 2", "cores 0,1", "cores 0,1,2", "pool 0,1,2 x3t"]
+    assert names == [
+        "cores 0",
+        "cores 1",
+        "cores 2",
+        "cores 0,1",
+        "cores 0,1,2",
+        "pool 0,1,2 x3t",
+        "pool 0,1,2 processes",
+        "pool 0,1,2 x2/core",
+    ]
+    assert doc["schema"] == "rknnlaunch.bench/2"
     for case in doc["cases"]:
         assert case["error"] is None and case["iterations"] == 5 and case["detections_last_frame"] == 2
         assert len(case["raw_ns"]["total"]) == 5
+        # pool FPS / the sum of the single-core cases' FPS
+        single = sum(c["fps"] for c in doc["cases"][:3])
+        if case["name"].startswith("pool"):
+            assert case["efficiency"] == pytest.approx(case["fps"] / single)
+        else:
+            assert case["efficiency"] is None
+    assert [(c["workers"], c["contexts_per_core"]) for c in doc["cases"][5:]] == [
+        ("thread", 1),
+        ("process", 1),
+        ("thread", 2),
+    ]
+    # The fixture's NPU devfreq governor is not `performance`: said, with the command, and in the JSON.
+    assert "warning: NPU devfreq governor is 'rknpu_ondemand'" in text
+    assert "echo performance | sudo tee /sys/class/devfreq/fdab0000.npu/governor" in text
+    assert doc["governors"]["npu"]["governor"] == "rknpu_ondemand" and len(doc["governors"]["warnings"]) == 1
+    assert {c["governor"] for c in doc["governors"]["cpu"]} == {"performance"}
+    # A model named like a published one gets its figure printed beside ours.
+    assert "published yolov8s on rk3588: 38.0 FPS per core" in text and "here (inference only" in text
+    assert doc["published"]["single_core_fps"] == 38.0
     assert doc["cases"][3]["label"] == "NPU rk3588 cores 0,1 (mask 3)"
     assert doc["cases"][5]["instances"] == [[0], [1], [2]]
     assert doc["npu"]["soc"] == "rk3588" and doc["npu"]["core_count"] == 3
@@ -76,11 +105,12 @@ def test_npu_bench_covers_every_runnable_core_set_and_the_pool(
     assert doc["settings"]["pad_value"] == 0 and doc["settings"]["warmup"] == 2
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Every context got its pinned mask (never AUTO), one per case, all released.
+    # (The process pool's contexts live in its worker processes, not in this list.)
     masks = sorted(lite.mask or 0 for lite in FakeRknnLite.instances)
-    assert masks == [1, 1, 2, 2, 3, 4, 4, 7]
+    assert masks == [1, 1, 1, 1, 2, 2, 2, 2, 3, 4, 4, 4, 4, 7]
     assert all(lite.released for lite in FakeRknnLite.instances)
-    # 2 warm-up + 5 timed per single case; the pool warms each runtime 2x then shares 5 frames.
-    assert sum(lite.inferences for lite in FakeRknnLite.instances) == 5 * 7 + 3 * 2 + 5
+    # 2 warm-up + 5 timed per single case; the pools warm each context 2x then share 5 frames.
+    assert sum(lite.inferences for lite in FakeRknnLite.instances) == 5 * 7 + (3 * 2 + 5) + (6 * 2 + 5)
 
 
 def test_npu_bench_discovers_and_checks_once_for_all_cases(
@@ -110,11 +140,12 @@ def test_npu_bench_stays_within_the_pods_allocation(rk3588: tuple[HostRoot, Path
     host, model = rk3588
     report = tmp_path / "b.json"
     env = {"RKNN_NPU_CORE_MASK": "5", "RKNN_NPU_CORES": "0,2"}
-    code, text = run_npu(host, model, "-n", "2", "--warmup", "0", "--json", str(report), env=env)
+    flags = ["-n", "2", "--warmup", "0", "--no-process-pool", "--json", str(report)]
+    code, text = run_npu(host, model, *flags, env=env)
     assert code == 0, text
     doc = json.loads(report.read_text())
-    # {0,2} cannot run as one context on RK3588: cores 0 and 2 alone, plus a pool of both.
-    assert [c["name"] for c in doc["cases"]] == ["cores 0", "cores 2", "pool 0,2 x2t"]
+    # {0,2} cannot run as one context on RK3588: cores 0 and 2 alone, plus pools of both.
+    assert [c["name"] for c in doc["cases"]] == ["cores 0", "cores 2", "pool 0,2 x2t", "pool 0,2 x2/core"]
     assert doc["npu"]["allocation"]["cores"] == [0, 2] and doc["npu"]["allocation"]["injected"] is True
     code, text = run_npu(
         host, model, "-n", "1", "--warmup", "0", "--all-cores", "--no-pool", "--json", str(report), env=env
@@ -232,10 +263,12 @@ def test_bench_with_the_sdk_fake_rknnlite_on_rk3576_never_initialises_concurrent
     model = write_sdk_rknn(tmp_path / "m.rknn", targets=("rk3576",))
     report = tmp_path / "b.json"
     settings = load_settings({"RKNNLAUNCH_ROOT": str(host.root)})
-    args = parse("--model", str(model), "--no-progress", "-n", "3", "--warmup", "1", "--json", str(report))
+    flags = ["-n", "3", "--warmup", "1", "--no-process-pool", "--json", str(report)]
+    args = parse("--model", str(model), "--no-progress", *flags)
     assert _cmd_bench.execute(args, settings, npu.factory, io.StringIO()) == 0
     doc = json.loads(report.read_text())
-    assert [c["name"] for c in doc["cases"]] == ["cores 0", "cores 1", "cores 0,1", "pool 0,1 x2t"]
+    names = ["cores 0", "cores 1", "cores 0,1", "pool 0,1 x2t", "pool 0,1 x2/core"]
+    assert [c["name"] for c in doc["cases"]] == names
     assert not npu.concurrent_init_detected and npu.max_concurrent_inits == 1
-    assert sorted(lite.effective_mask or 0 for lite in npu.instances) == [1, 1, 2, 2, 3]
+    assert sorted(lite.effective_mask or 0 for lite in npu.instances) == [1, 1, 1, 1, 2, 2, 2, 2, 3]
     assert all(lite.released for lite in npu.instances)

@@ -9,15 +9,17 @@ import re
 import sys
 import threading
 from collections.abc import Iterator
-from concurrent.futures import Future
 from pathlib import Path
-from types import ModuleType, TracebackType
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
+from sdk.rknnfile_builder import write_rknn
 
 import rknnlaunch
+from rknnlaunch.npu import HostRoot
+from rknnlaunch.settings._env import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "samples" / "app" / "detect.py"
@@ -155,29 +157,58 @@ def test_missing_model_is_an_error_not_a_traceback(
 # --- decode + logging against a fake pool (no model, no SDK runtime needed) ----------------------
 
 
-class FakePool:
-    """Mimics rknnlaunch.Pool's interface: label, size, submit() -> Future, context manager."""
+class FakeLite:
+    """An RKNNLite that returns fixed outputs and records every input it was given."""
 
-    def __init__(self, outputs: list[np.ndarray], size: int = 2) -> None:
-        self.label = "FAKE pool"
-        self.size = size
-        self.outputs = outputs
-        self.frames: list[np.ndarray] = []
-        self.closed = False
+    def __init__(self, outputs: list[np.ndarray], seen: list[np.ndarray], on_infer: Any = None) -> None:
+        self.outputs, self.seen, self.on_infer = outputs, seen, on_infer
 
-    def submit(self, x: np.ndarray) -> Future[list[np.ndarray]]:
-        self.frames.append(x)
-        future: Future[list[np.ndarray]] = Future()
-        future.set_result([o.copy() for o in self.outputs])
-        return future
+    def load_rknn(self, path: str) -> int:
+        return 0
 
-    def __enter__(self) -> FakePool:
-        return self
+    def init_runtime(self, core_mask: int = 0) -> int:
+        return 0
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.closed = True
+    def inference(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        self.seen.append(inputs[0].copy())
+        if self.on_infer is not None:
+            self.on_infer(len(self.seen))
+        return [o.copy() for o in self.outputs]
+
+    def release(self) -> None:
+        pass
+
+
+class FakeNpuDetector:
+    """Opens a real `rknnlaunch.Detector` on a fixture RK3588 whose RKNNLite is `FakeLite`."""
+
+    def __init__(self, host: HostRoot, model: Path, outputs: list[np.ndarray], on_infer: Any = None) -> None:
+        self.settings = load_settings({"RKNNLAUNCH_ROOT": str(host.root)})
+        self.model, self.outputs, self.on_infer = model, outputs, on_infer
+        self.seen: list[np.ndarray] = []
+        self.opened: list[rknnlaunch.Detector] = []
+
+    def __call__(self, args: Any) -> rknnlaunch.Detector:
+        detector = rknnlaunch.Detector(
+            self.model,
+            settings=self.settings,
+            rknnlite=lambda: FakeLite(self.outputs, self.seen, self.on_infer),  # type: ignore[arg-type, return-value]
+            conf=args.conf,
+            iou=args.iou,
+            pad=args.pad,
+            workers=args.workers,
+        )
+        self.opened.append(detector)
+        return detector
+
+
+@pytest.fixture
+def fake_npu(host_factory: Any, tmp_path: Path) -> Any:
+    def make(outputs: list[np.ndarray], on_infer: Any = None) -> FakeNpuDetector:
+        model = write_rknn(tmp_path / "m.rknn", targets=("rk3588",))
+        return FakeNpuDetector(host_factory("rk3588-drm"), model, outputs, on_infer)
+
+    return make
 
 
 def _ultralytics_output(cx: float, cy: float, w: float, h: float, class_id: int, score: float) -> np.ndarray:
@@ -188,51 +219,52 @@ def _ultralytics_output(cx: float, cy: float, w: float, h: float, class_id: int,
     return out
 
 
-def test_detections_are_logged_in_source_pixels(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_detections_are_logged_in_source_pixels(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, fake_npu: Any
+) -> None:
     image = tmp_path / "frame.png"
     cv2.imwrite(str(image), np.zeros((320, 640, 3), np.uint8))  # letterboxed: scale 1, pad_y 160
-    pool = FakePool([_ultralytics_output(320, 320, 100, 100, class_id=5, score=0.9)])
+    npu = fake_npu([_ultralytics_output(320, 320, 100, 100, class_id=5, score=0.9)])
     caplog.set_level(logging.INFO, logger="detect")
     code = app.main(["--source", str(image), "--model", "m.rknn", "--loop", "--max-frames", "5"],
-                    open_pool=lambda model, backend: pool)  # fmt: skip
+                    open_detector=npu)  # fmt: skip
     messages = _messages(caplog)
-    assert code == 0 and pool.closed
-    assert len(pool.frames) == 5
-    assert all(f.shape == (1, 640, 640, 3) and f.dtype == np.uint8 for f in pool.frames)
-    assert "model m.rknn on FAKE pool; source" in messages[0]
+    assert code == 0 and len(npu.opened) == 1
+    assert len(npu.seen) == 5
+    assert all(f.shape == (1, 640, 640, 3) and f.dtype == np.uint8 for f in npu.seen)
+    assert "model m.rknn on NPU rk3588 cores 0,1,2: 3 contexts (thread workers); source" in messages[0]
     assert "frame 1: 1 object: bus 0.90 [270,110,370,210]" in messages
     assert "done: 5 frames" in messages[-1]
 
 
-def test_sigterm_style_stop_ends_an_endless_loop(tmp_path: Path) -> None:
+def test_sigterm_style_stop_ends_an_endless_loop(tmp_path: Path, fake_npu: Any) -> None:
     image = tmp_path / "frame.png"
     cv2.imwrite(str(image), np.zeros((64, 64, 3), np.uint8))
     stop = threading.Event()
 
-    class StoppingPool(FakePool):
-        def submit(self, x: np.ndarray) -> Future[list[np.ndarray]]:
-            if len(self.frames) == 2:
-                stop.set()  # what the SIGTERM handler does
-            return super().submit(x)
+    def stop_at_two(count: int) -> None:
+        if count == 2:
+            stop.set()  # what the SIGTERM handler does
 
-    pool = StoppingPool([_ultralytics_output(0, 0, 1, 1, 0, 0.0)])
+    npu = fake_npu([_ultralytics_output(0, 0, 1, 1, 0, 0.0)], stop_at_two)
     args = app.build_parser().parse_args(["--source", str(image), "--model", "m.rknn", "--loop"])
-    assert app.run(args, lambda model, backend: pool, stop) == 0
-    assert len(pool.frames) == 3  # the frame in hand when the stop arrived is finished, then out
+    assert app.run(args, npu, stop) == 0
+    # Frames already in flight when the stop arrived are finished (at most 2 per context), then out.
+    assert 2 <= len(npu.seen) <= 2 + 2 * 3
 
 
 def test_unreadable_source_and_labels_give_actionable_errors(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, fake_npu: Any
 ) -> None:
-    pool = FakePool([_ultralytics_output(0, 0, 1, 1, 0, 0.0)])
+    pool = fake_npu([_ultralytics_output(0, 0, 1, 1, 0, 0.0)])
     caplog.set_level(logging.INFO, logger="detect")
     assert app.main(["--source", str(tmp_path / "none.mp4"), "--model", "m.rknn"],
-                    open_pool=lambda m, b: pool) == 1  # fmt: skip
+                    open_detector=pool) == 1  # fmt: skip
     assert "cannot open" in caplog.text and "fix:" in caplog.text
     assert app.main(["--source", str(tmp_path / "none.jpg"), "--model", "m.rknn"],
-                    open_pool=lambda m, b: pool) == 1  # fmt: skip
+                    open_detector=pool) == 1  # fmt: skip
     assert "cannot read image" in caplog.text
-    assert app.main(["--labels", str(tmp_path / "none.txt")], open_pool=lambda m, b: pool) == 2
+    assert app.main(["--labels", str(tmp_path / "none.txt")], open_detector=pool) == 2
 
 
 def test_a_dead_stream_is_retried_then_reported() -> None:
@@ -300,7 +332,7 @@ def test_class_count_from_each_yolov8_layout() -> None:
 
 
 def test_labels_that_do_not_fit_the_model_fall_back_to_ids(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, fake_npu: Any
 ) -> None:
     assert app.fit_labels(("a", "b"), 2, "f.txt") == (("a", "b"), None)
     names, warning = app.fit_labels(app.COCO_NAMES, 2, "coco")
@@ -311,7 +343,9 @@ def test_labels_that_do_not_fit_the_model_fall_back_to_ids(
     image = tmp_path / "f.png"
     cv2.imwrite(str(image), np.zeros((640, 640, 3), np.uint8))
     caplog.set_level(logging.INFO, logger="detect")
-    code = app.main(["--source", str(image), "--model", "m.onnx"], open_pool=lambda m, b: FakePool([out]))
+    code = app.main(
+        ["--source", str(image), "--model", "m.rknn", "--pad", "114"], open_detector=fake_npu([out])
+    )
     assert code == 0
     assert "frame 1: 1 object: class1 0.80 [270,270,370,370]" in _messages(caplog)
     assert "80 names but the model predicts 2 classes" in caplog.text
@@ -358,9 +392,15 @@ def test_settings_come_from_the_environment_and_bad_values_are_usage_errors(
     monkeypatch.setenv("SOURCE", "rtsp://cam/stream")
     monkeypatch.setenv("MAX_FRAMES", "7")
     monkeypatch.setenv("LOOP", "1")
-    monkeypatch.setenv("IMGSZ", "320")
+    monkeypatch.setenv("WORKERS", "process")
     args = app.build_parser().parse_args([])
-    assert (args.source, args.max_frames, args.loop, args.imgsz) == ("rtsp://cam/stream", 7, True, 320)
+    assert (args.source, args.max_frames, args.loop, args.workers) == (
+        "rtsp://cam/stream",
+        7,
+        True,
+        "process",
+    )
+    assert app.latest_only(args)  # a live stream drops stale frames by default
     monkeypatch.setenv("MAX_FRAMES", "seven")
     with pytest.raises(SystemExit) as exc:
         app.build_parser().parse_args([])

@@ -216,3 +216,210 @@ def _metadata(data: bytes) -> dict[str, Any]:
         return parsed if isinstance(parsed, dict) else {}
     except (struct.error, ValueError):
         return {}
+
+
+# --- The simulated NPU: latency per core set, per-core exclusivity, GIL-held share ----------------
+
+PUBLISHED_SINGLE_CORE_FPS = {"yolov8n": 73.5, "yolov8s": 38.0, "yolo11n": 60.0, "yolo11s": 33.0}
+"""rknn_model_zoo, RK3588 at maximum NPU frequency, inference only (docs/hardware.md)."""
+YOLOV8S_MULTI_CORE_MS = {1: 32.0, 2: 23.0, 3: 18.0}
+"""YOLOv8s in ONE context on 1/2/3 RK3588 cores: how much a multi-core context speeds a frame up."""
+
+
+@dataclass(frozen=True)
+class SimulatedNpu:
+    """A picklable factory of simulated RKNNLite instances (usable in process workers).
+
+    Every instance behaves as `FakeRKNNLite` (return codes, masks, logs) and adds:
+    - latency: ``single_core_ms`` on one core, scaled for multi-core contexts by the published
+      YOLOv8s 32/23/18 ms figures;
+    - per-core exclusivity: a context holds an ``flock`` on ``lock_dir/core<N>.lock`` for each of its
+      cores while "the NPU runs", so two contexts on one core take turns, across threads and
+      processes alike;
+    - ``gil_ms`` of CPU work holding the GIL per call (half before, half after the NPU part), like
+      the binding's own input/output conversion;
+    - ``init_runtime`` holds ``lock_dir/init.lock`` without waiting: an overlapping init in another
+      process fails as the driver is reported to (crash), so the SDK must serialise inits;
+    - outputs: ``"value"`` = the model's output shapes filled with the frame's centre pixel (tests
+      track frames), ``"yolo"`` = rknn_model_zoo YOLOv8 outputs with two objects (real decode);
+    - faults by frame: a frame whose centre pixel is ``crash_value`` kills the process (SIGKILL),
+      one whose centre pixel is ``none_value`` makes inference return None.
+    """
+
+    lock_dir: str
+    soc: str = "rk3588"
+    single_core_ms: float = 1000.0 / 73.5
+    gil_ms: float = 0.0
+    outputs: str = "value"
+    output_shapes: tuple[tuple[int, ...], ...] = ((1, 6, 8400),)
+    crash_value: int | None = None
+    none_value: int | None = None
+    trace: bool = False
+    """Append ``core start end`` (time.monotonic, system-wide) per NPU job to lock_dir/trace-<pid>."""
+    cycle_kb: int = 0
+    """Each inference leaves a reference cycle holding this many kB (what the public RKNNLite
+    memory-growth report traced its ~42 kB per inference to): only a garbage collection frees it."""
+
+    def latency_ms(self, core_count: int) -> float:
+        scale = YOLOV8S_MULTI_CORE_MS.get(core_count, YOLOV8S_MULTI_CORE_MS[3]) / YOLOV8S_MULTI_CORE_MS[1]
+        return self.single_core_ms * scale
+
+    def __call__(self) -> SimRKNNLite:
+        return SimRKNNLite(self, _process_npu(self))
+
+
+_NPUS: dict[SimulatedNpu, FakeNpu] = {}
+_NPUS_LOCK = threading.Lock()
+
+
+def _process_npu(config: SimulatedNpu) -> FakeNpu:
+    """The per-process shared state for ``config`` (in-process init overlap detection)."""
+    from rknnlaunch.npu import soc_by_name
+
+    with _NPUS_LOCK:
+        npu = _NPUS.get(config)
+        if npu is None:
+            soc = soc_by_name(config.soc)
+            assert soc is not None
+            npu = _NPUS[config] = FakeNpu(soc, output_shapes=config.output_shapes, init_window=0.0)
+        return npu
+
+
+_GIL_LOOPS_PER_MS: list[float] = []
+
+
+def hold_gil(ms: float) -> None:
+    """Burn about ``ms`` of CPU in one C call (``sum`` over a range never lets the GIL go)."""
+    if ms <= 0:
+        return
+    if not _GIL_LOOPS_PER_MS:
+        import time
+
+        start = time.perf_counter()
+        sum(range(200_000))
+        _GIL_LOOPS_PER_MS.append(200_000 / max((time.perf_counter() - start) * 1000.0, 1e-6))
+    sum(range(int(_GIL_LOOPS_PER_MS[0] * ms)))
+
+
+_YOLO_OUTPUTS: list[list[np.ndarray]] = []
+
+
+def _yolo_outputs() -> list[np.ndarray]:
+    if not _YOLO_OUTPUTS:
+        from rknnlaunch.yolo._synth import SynthObject, encode_rknn
+
+        objects = [
+            SynthObject((100.0, 140.0, 300.0, 400.0), 0, 0.9),
+            SynthObject((400.0, 300.0, 460.0, 380.0), 2, 0.7),
+        ]
+        _YOLO_OUTPUTS.append(encode_rknn(objects))
+    return _YOLO_OUTPUTS[0]
+
+
+class SimRKNNLite(FakeRKNNLite):
+    """One simulated RKNNLite context (see `SimulatedNpu`)."""
+
+    def __init__(self, config: SimulatedNpu, npu: FakeNpu) -> None:
+        super().__init__(npu)
+        self.config = config
+        self._core_fds: list[int] = []
+        self._cores: list[int] = []
+
+    def init_runtime(
+        self,
+        target: str | None = None,
+        device_id: str | None = None,
+        async_mode: bool = False,
+        core_mask: int = 0,
+    ) -> int:
+        import fcntl
+        import time
+
+        fd = os.open(os.path.join(self.config.lock_dir, "init.lock"), os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                _log_native(
+                    "E RKNN: [sim] rknn_init: another process is initialising concurrently (driver crash)"
+                )
+                return -1
+            time.sleep(0.002)  # an init takes a while: overlaps must be able to happen
+            code = super().init_runtime(target, device_id, async_mode, core_mask)
+        finally:
+            os.close(fd)
+        if code == 0:
+            mask = self.effective_mask or 1  # mask 0 (single-core SoCs): core 0
+            cores = [core for core in range(3) if mask & (1 << core)]
+            self._cores = cores
+            self._core_fds = [
+                os.open(os.path.join(self.config.lock_dir, f"core{core}.lock"), os.O_RDWR | os.O_CREAT, 0o666)
+                for core in cores
+            ]
+        return code
+
+    def inference(
+        self,
+        inputs: list[Any],
+        data_type: Any = None,
+        data_format: Any = None,
+        inputs_pass_through: Any = None,
+        get_frame_id: bool = False,
+    ) -> list[np.ndarray] | None:
+        import fcntl
+        import signal
+        import time
+
+        if not self.initialised or self.released:
+            _log_python(
+                "E inference: Runtime environment is not inited, please call init_runtime to init it first!"
+            )
+            return None
+        x = np.asarray(inputs[0])
+        if x.ndim != 4:
+            _log_python(
+                f"E inference: The input shape {x.shape} is wrong, expect 4 dims like (1, 640, 640, 3)"
+            )
+            return None
+        first = int(x[0, x.shape[1] // 2, x.shape[2] // 2, 0])  # the centre survives a letterbox
+        if self.config.crash_value is not None and first == self.config.crash_value:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.config.none_value is not None and first == self.config.none_value:
+            _log_native("E RKNN: [sim] failed to submit!")
+            return None
+        hold_gil(self.config.gil_ms / 2)
+        latency = self.config.latency_ms(len(self._core_fds)) / 1000.0
+        if latency > 0:
+            for fd in self._core_fds:  # ascending core order: no deadlock between multi-core contexts
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                started = time.monotonic()
+                time.sleep(latency)
+                if self.config.trace:
+                    line = "".join(f"{core} {started} {time.monotonic()}\n" for core in self._cores)
+                    with open(os.path.join(self.config.lock_dir, f"trace-{os.getpid()}"), "a") as log:
+                        log.write(line)
+            finally:
+                for fd in reversed(self._core_fds):
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+        self.inference_count += 1
+        if self.config.cycle_kb:
+            cycle: dict[str, Any] = {"data": bytearray(self.config.cycle_kb * 1024)}
+            cycle["self"] = cycle
+        if self.config.outputs == "yolo":
+            outputs = [output.copy() for output in _yolo_outputs()]
+        else:
+            outputs = [np.full(shape, float(first), dtype=np.float32) for shape in self.npu.output_shapes]
+        hold_gil(self.config.gil_ms / 2)
+        return outputs
+
+    def release(self) -> None:
+        super().release()
+        if self.initialised is False and self._core_fds:
+            # Tests check every context was released, also in worker processes.
+            marker = os.path.join(self.config.lock_dir, f"released-{os.getpid()}-{id(self)}")
+            with open(marker, "w", encoding="utf-8") as handle:
+                handle.write(",".join(str(fd) for fd in self._core_fds))
+        for fd in self._core_fds:
+            os.close(fd)
+        self._core_fds = []

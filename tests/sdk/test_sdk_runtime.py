@@ -93,7 +93,7 @@ def test_unrunnable_core_set_is_refused_by_open_and_split_by_pool(
         assert pool.size == 2
         assert pool.cores == {0, 2}
         assert sorted(i.requested_mask for i in npu.instances) == [1, 4]
-        assert "2 runtime(s) {0} + {2}" in pool.label
+        assert "cores 0,2: 2 contexts" in pool.label
     assert all(i.released for i in npu.instances)
 
 
@@ -114,15 +114,19 @@ def test_pool_map_keeps_input_order_and_uses_every_runtime(host_factory: HostFac
 def test_pool_propagates_a_failed_frame(host_factory: HostFactory, model: Path) -> None:
     host = host_factory("rk3588-drm")
     with Pool(model, settings=settings_for(host), rknnlite=fake_for("rk3588").factory) as pool:
-        with pytest.raises(rknnlaunch.InferenceError, match="expected an NHWC image"):
+        with pytest.raises(
+            rknnlaunch.UsageError, match=r"shape \(640, 640\); this model takes uint8 640x640x3"
+        ):
             pool.infer(np.zeros((640, 640), dtype=np.uint8))
+        with pytest.raises(rknnlaunch.UsageError, match="float32 of shape"):
+            pool.submit(np.zeros((640, 640, 3), dtype=np.float32))
         assert pool.infer(frame(1))[0].shape == (1, 6, 8400)
 
 
 def test_pool_submit_racing_close_either_refuses_or_runs(host_factory: HostFactory, model: Path) -> None:
     """A frame submitted while another thread closes the pool is refused or run, never left waiting."""
     host = host_factory("rk3588-drm")
-    pool = Pool(model, settings=settings_for(host), rknnlite=fake_for("rk3588").factory, per_core=True)
+    pool = Pool(model, settings=settings_for(host), rknnlite=fake_for("rk3588").factory)
     outcomes: list[str] = []
     start = threading.Barrier(5)
 
@@ -280,18 +284,22 @@ def test_rocket_host_says_why(host_factory: HostFactory, model: Path) -> None:
         rknnlaunch.open(model, backend="npu", settings=settings_for(host))
 
 
-def test_pool_per_core_opens_one_context_per_core(host_factory: HostFactory, model: Path) -> None:
+def test_pool_opens_one_context_per_core_by_default(host_factory: HostFactory, model: Path) -> None:
     host = host_factory("rk3588-drm")
     npu = fake_for("rk3588")
-    with Pool(model, settings=settings_for(host), rknnlite=npu.factory) as pool:
-        assert pool.size == 1 and npu.instances[0].requested_mask == 7
+    with rknnlaunch.open(model, settings=settings_for(host), rknnlite=npu.factory):
+        assert npu.instances[0].requested_mask == 7  # open(): the latency path, one 3-core context
     npu = fake_for("rk3588")
-    with Pool(model, settings=settings_for(host), rknnlite=npu.factory, per_core=True) as pool:
+    with Pool(model, settings=settings_for(host), rknnlite=npu.factory, contexts_per_core=2) as pool:
+        assert pool.size == 6
+        assert [i.requested_mask for i in npu.instances] == [1, 2, 4, 1, 2, 4]
+    npu = fake_for("rk3588")
+    with Pool(model, settings=settings_for(host), rknnlite=npu.factory) as pool:
         assert pool.size == 3
         assert [i.requested_mask for i in npu.instances] == [1, 2, 4]
         assert len(list(pool.map([frame(v) for v in range(9)]))) == 9
     single = fake_for("rk3568")
     rk3568 = host_factory("rk3568")
     model_3568 = write_rknn(model.parent / "m3568.rknn", targets=("rk3568",))
-    with Pool(model_3568, settings=settings_for(rk3568), rknnlite=single.factory, per_core=True) as pool:
+    with Pool(model_3568, settings=settings_for(rk3568), rknnlite=single.factory) as pool:
         assert pool.size == 1 and single.instances[0].requested_mask == 0

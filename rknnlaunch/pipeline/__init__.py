@@ -1,0 +1,1 @@
+"""Detection pipelines: letterbox -> infer -> decode in the pool's workers (`Detector`)."""

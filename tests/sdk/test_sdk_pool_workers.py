@@ -1,0 +1,269 @@
+"""Pool workers against the simulated NPU: order, back-pressure, faults, shutdown, threads and processes."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from rknnfile_builder import write_rknn
+from rknnlite_fake import SimulatedNpu
+
+import rknnlaunch
+from rknnlaunch import InferenceError, Pool, UsageError, WorkerDiedError
+from rknnlaunch.npu import HostRoot
+from rknnlaunch.runtime._affinity import big_cpus, cpu_ratings, find_big_cpus
+from rknnlaunch.settings._env import load_settings
+
+HostFactory = Callable[[str], HostRoot]
+CRASH, NONE = 250, 251
+
+
+def frame(value: int) -> np.ndarray:
+    return np.full((640, 640, 3), value, dtype=np.uint8)
+
+
+def value_of(outputs: list[np.ndarray]) -> int:
+    return int(outputs[0].flat[0])
+
+
+@pytest.fixture
+def setup(host_factory: HostFactory, tmp_path: Path) -> tuple[Path, Any, SimulatedNpu]:
+    host = host_factory("rk3588-drm")
+    model = write_rknn(tmp_path / "yolov8n.rknn", targets=("rk3588",))
+    settings = load_settings({"RKNNLAUNCH_ROOT": str(host.root)})
+    locks = tmp_path / "npu"
+    locks.mkdir()
+    sim = SimulatedNpu(str(locks), single_core_ms=2.0, crash_value=CRASH, none_value=NONE)
+    return model, settings, sim
+
+
+def released(sim: SimulatedNpu) -> int:
+    return len(list(Path(sim.lock_dir).glob("released-*")))
+
+
+@pytest.mark.parametrize("workers", ["thread", "process"])
+def test_map_keeps_order_with_bounded_in_flight(setup: tuple[Path, Any, SimulatedNpu], workers: str) -> None:
+    model, settings, sim = setup
+    pulled: list[int] = []
+
+    def frames() -> Iterator[np.ndarray]:
+        for value in range(60):
+            pulled.append(value)
+            yield frame(value)
+
+    with Pool(model, settings=settings, rknnlite=sim, workers=workers) as pool:  # type: ignore[arg-type]
+        assert pool.size == 3 and pool.workers == workers
+        assert pool.labels == tuple(f"NPU rk3588 core {c} (mask {1 << c})" for c in range(3))
+        results = pool.map(frames(), in_flight=4)
+        first = next(results)
+        assert value_of(first) == 0 and len(pulled) == 4  # back-pressure: nothing read ahead
+        values = [value_of(first)] + [value_of(outputs) for outputs in results]
+        assert values == list(range(60))
+        with pytest.raises(
+            UsageError, match=r"uint16 of shape \(640, 640, 3\); this model takes uint8 640x640x3"
+        ):
+            pool.submit(frame(1).astype(np.uint16))
+        with pytest.raises(InferenceError, match="returned no outputs on NPU rk3588 core"):
+            pool.infer(frame(NONE))
+        assert value_of(pool.infer(frame(9))) == 9
+    assert released(sim) == 3
+    with pytest.raises(InferenceError, match="this pool is closed"):
+        pool.submit(frame(1))
+
+
+def test_process_outputs_come_back_through_shared_memory(setup: tuple[Path, Any, SimulatedNpu]) -> None:
+    model, settings, sim = setup
+    with Pool(model, settings=settings, rknnlite=sim, workers="process", contexts_per_core=2) as pool:
+        assert pool.size == 6  # six contexts started with no overlapping init (the sim fails those)
+        pids = set(pool._workers.pids)  # type: ignore[union-attr]
+        assert len(pids) == 6 and os.getpid() not in pids
+        outputs = pool.infer(frame(3))
+        assert outputs[0].shape == (1, 6, 8400) and outputs[0].dtype == np.float32
+        assert not outputs[0].flags.owndata  # a view of the output slot: no copy on the way back
+        kept = [pool.infer(frame(v)) for v in range(20)]  # held results pin slots, then get copied
+        assert [value_of(o) for o in kept] == list(range(20))
+    assert released(sim) == 6
+    assert value_of(outputs) == 3  # still readable after close
+
+
+def test_a_dying_worker_fails_only_its_frames_and_is_replaced(setup: tuple[Path, Any, SimulatedNpu]) -> None:
+    model, settings, sim = setup
+    with Pool(model, settings=settings, rknnlite=sim, workers="process") as pool:
+        before = set(pool._workers.pids)  # type: ignore[union-attr]
+        futures: list[Future[list[np.ndarray]]] = [pool.submit(frame(v % 200)) for v in range(30)]
+        futures.insert(15, pool.submit(frame(CRASH)))
+        futures += [pool.submit(frame(v)) for v in range(30, 60)]
+        outcomes: list[object] = []
+        for future in futures:
+            try:
+                outcomes.append(value_of(future.result(timeout=120)))
+            except WorkerDiedError as exc:
+                outcomes.append(exc)
+        died = [o for o in outcomes if isinstance(o, WorkerDiedError)]
+        assert 1 <= len(died) <= 2  # the crashing frame, and at most the one queued behind it
+        assert all(
+            "started a replacement" in str(e) and e.cores and "killed by signal 9" in str(e) for e in died
+        )
+        assert "NPU core" in str(died[0]) and str(died[0].cores[0]) in str(died[0])
+        assert sum(isinstance(o, int) for o in outcomes) == len(futures) - len(died)
+        assert value_of(pool.infer(frame(4))) == 4
+        after = set(pool._workers.pids)  # type: ignore[union-attr]
+        assert len(after) == 3 and len(after - before) == 1
+    assert released(sim) == 3  # the killed worker never released; its replacement and the others did
+
+
+def test_cpu_affinity_pins_workers_to_the_cpus_found(setup: tuple[Path, Any, SimulatedNpu]) -> None:
+    host = HostRoot(setup[1].root)
+    assert cpu_ratings(host) == {cpu: 1024 if cpu >= 4 else 414 for cpu in range(8)}
+    assert find_big_cpus(host) == {4, 5, 6, 7}
+    assert big_cpus({0: 2400, 1: 2400}) == {0, 1} and big_cpus({}) == frozenset()
+    model, settings, sim = setup
+    mine = sorted(os.sched_getaffinity(0))
+    with Pool(model, settings=settings, rknnlite=sim, workers="process", cpu_affinity=[mine[0]]) as pool:
+        for pid in pool._workers.pids:  # type: ignore[union-attr]
+            assert os.sched_getaffinity(pid) == {mine[0]}
+    with pytest.raises(UsageError, match="workers='process'"):
+        Pool(model, settings=settings, rknnlite=sim, cpu_affinity="big")
+
+
+SCRIPT = """
+import signal, sys, time
+sys.path[:0] = {paths!r}
+import numpy as np
+from rknnlite_fake import SimulatedNpu
+import rknnlaunch
+from rknnlaunch.settings._env import load_settings
+
+if __name__ == "__main__":
+    sim = SimulatedNpu({locks!r}, single_core_ms=2.0)
+    settings = load_settings({{"RKNNLAUNCH_ROOT": {root!r}}})
+    with rknnlaunch.Pool({model!r}, settings=settings, rknnlite=sim, workers="process") as pool:
+        def frames():
+            while True:
+                yield np.zeros((640, 640, 3), np.uint8)
+        for index, _ in enumerate(pool.map(frames())):
+            if index == 10:
+                print(" ".join(map(str, pool._workers.pids)), flush=True)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_no_worker_outlives_its_program(setup: tuple[Path, Any, SimulatedNpu], signum: int) -> None:
+    model, settings, sim = setup
+    paths = [p for p in sys.path if p]
+    code = SCRIPT.format(paths=paths, locks=sim.lock_dir, root=str(settings.root), model=str(model))
+    program = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, text=True
+    )
+    assert program.stdout is not None
+    pids = [int(pid) for pid in program.stdout.readline().split()]
+    assert len(pids) == 3
+    watches = [os.pidfd_open(pid) for pid in pids]
+    try:
+        program.send_signal(signum)
+        program.wait(timeout=60)
+        for watch in watches:  # each becomes readable when that worker has exited
+            assert select.select([watch], [], [], 60)[0] == [watch]
+    finally:
+        for watch in watches:
+            os.close(watch)
+        if program.poll() is None:
+            program.kill()
+    assert released(sim) == 3  # every context released, whichever way the program ended
+
+
+def test_submit_racing_close_resolves_every_frame(setup: tuple[Path, Any, SimulatedNpu]) -> None:
+    model, settings, sim = setup
+    pool = Pool(model, settings=settings, rknnlite=sim, workers="process")
+    futures: list[Future[list[np.ndarray]]] = []
+    start = threading.Barrier(3)
+
+    def submit_many() -> None:
+        start.wait()
+        for value in range(100):
+            try:
+                futures.append(pool.submit(frame(value)))
+            except InferenceError:
+                return
+
+    submitters = [threading.Thread(target=submit_many) for _ in range(2)]
+    for thread in submitters:
+        thread.start()
+    start.wait()
+    pool.close()
+    for thread in submitters:
+        thread.join()
+    for future in futures:
+        assert future.done()
+        assert future.exception() is None or isinstance(future.exception(), InferenceError)
+    assert released(sim) == 3
+
+
+def test_factory_by_dotted_path_and_bad_worker_kind(setup: tuple[Path, Any, SimulatedNpu]) -> None:
+    model, settings, _sim = setup
+    with pytest.raises(UsageError, match="workers='fibre'"):
+        Pool(model, settings=settings, workers="fibre")  # type: ignore[arg-type]
+    with pytest.raises(InferenceError, match="does not name an importable factory"):
+        Pool(model, settings=settings, rknnlite="no_such_module:make")
+    assert rknnlaunch.WorkerDiedError is WorkerDiedError
+
+
+def test_workers_collect_garbage_periodically(
+    setup: tuple[Path, Any, SimulatedNpu], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RKNNLite loops grow through reference cycles (public report): workers gc.collect() every N
+    frames (thread workers also at most every GC_MIN_INTERVAL_S: a full collection stalls them all)."""
+    from rknnlaunch.runtime import _workers
+
+    collections: list[int] = []
+    monkeypatch.setattr(_workers.gc, "collect", lambda *args: collections.append(1) or 0)
+    monkeypatch.setattr(_workers, "GC_EVERY", 5)
+    monkeypatch.setattr(_workers, "GC_MIN_INTERVAL_S", 0.0)
+    model, settings, sim = setup
+    with Pool(model, settings=settings, rknnlite=sim) as pool:
+        assert len(list(pool.map(frame(1) for _ in range(20)))) == 20
+    assert len(collections) == 4
+
+
+def test_a_worker_that_cannot_open_its_context_fails_the_pool_with_the_runtime_reason(
+    setup: tuple[Path, Any, SimulatedNpu],
+) -> None:
+    model, settings, sim = setup
+    wrong = SimulatedNpu(sim.lock_dir, soc="rk3568")  # a runtime that finds another SoC
+    with pytest.raises(
+        rknnlaunch.RuntimeInitError, match=r"(?s)init_runtime\(core_mask=1.*current platform is rk3568"
+    ):
+        Pool(model, settings=settings, rknnlite=wrong, workers="process")
+
+
+@pytest.mark.parametrize("workers", ["thread", "process"])
+def test_two_contexts_on_one_core_take_turns(setup: tuple[Path, Any, SimulatedNpu], workers: str) -> None:
+    """The simulated NPU runs one job per core at a time, whichever context or process submits it."""
+    model, settings, sim = setup
+    traced = SimulatedNpu(sim.lock_dir, single_core_ms=3.0, trace=True)
+    with Pool(
+        model, [0, 1], settings=settings, rknnlite=traced, workers=workers, contexts_per_core=2
+    ) as pool:  # type: ignore[arg-type]
+        assert pool.size == 4
+        assert len(list(pool.map(frame(1) for _ in range(40)))) == 40
+    jobs: dict[int, list[tuple[float, float]]] = {0: [], 1: []}
+    for trace in Path(sim.lock_dir).glob("trace-*"):
+        for line in trace.read_text().splitlines():
+            core, start, end = line.split()
+            jobs[int(core)].append((float(start), float(end)))
+    assert sum(len(spans) for spans in jobs.values()) == 40 and all(jobs.values())
+    for spans in jobs.values():
+        spans.sort()
+        assert all(end <= next_start for (_, end), (next_start, _) in itertools.pairwise(spans))
