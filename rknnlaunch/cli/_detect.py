@@ -1,10 +1,11 @@
-"""`rknnlaunch detect IMAGE`: one-shot YOLOv8 detection, printed and optionally drawn to a file."""
+"""`rknnlaunch detect IMAGE`: one-shot YOLO detection (any task), printed or as JSON, optionally drawn."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import replace
 from typing import Any, TextIO
 
 from ..model._metadata import resolve_model
@@ -12,7 +13,7 @@ from ..pipeline._detector import Detector
 from ..runtime._choice import BACKENDS
 from ..runtime._rknnlite import RknnLiteFactory
 from ..settings._env import NpuSettings, load_settings
-from ..yolo import COCO_NAMES, class_name, draw_detections, read_image
+from ..yolo import COCO_NAMES, LAYOUTS, TASKS, draw_detections, read_image
 from ..yolo._image import check_image_writable, write_image
 
 
@@ -27,6 +28,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iou", type=float, default=0.45, help="NMS IoU threshold (0.45)")
     parser.add_argument("--pad", type=int, help="letterbox pad value (default 114 for .onnx, 0 for .rknn)")
     parser.add_argument("--json", action="store_true", help="print the detections as JSON")
+    parser.add_argument(
+        "--task", choices=TASKS, help="force the task (default: the model's metadata, else its output shapes)"
+    )
+    parser.add_argument(
+        "--layout", choices=LAYOUTS, help="force the output layout when two fit the shapes (docs/yolo.md)"
+    )
+    parser.add_argument(
+        "--masks",
+        choices=("proto", "image"),
+        default="proto",
+        help="segmentation masks at the protos' resolution (default) or the image's",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -56,21 +69,19 @@ def execute(
         iou=args.iou,
         pad=args.pad,
         one_context=True,
+        task=args.task,
+        layout=args.layout,
+        masks=args.masks,
     ) as detector:
         result = detector.detect(image)
     found = result.detections
-    names = detector.class_names
+    names = list(found.names) if found.names is not None else detector.class_names
     if names is None and result.class_count == len(COCO_NAMES):
         names = list(COCO_NAMES)
-    rows: list[dict[str, Any]] = [
-        {
-            "class_id": int(class_id),
-            "name": class_name(int(class_id), names),
-            "score": round(float(score), 4),
-            "box": [round(float(v), 1) for v in box],
-        }
-        for box, score, class_id in zip(found.boxes, found.scores, found.class_ids, strict=True)
-    ]
+    if names is not None and found.names is None:
+        found = replace(found, names=tuple(names))
+    report = found.to_json(decimals=1)
+    rows: list[dict[str, Any]] = report["detections"]
     if args.json:
         print(
             json.dumps(
@@ -79,7 +90,7 @@ def execute(
                     "label": result.context,
                     "model": str(detector.pipeline.path),
                     "image": args.image,
-                    "detections": rows,
+                    **report,
                 },
                 indent=1,
             ),
@@ -89,13 +100,21 @@ def execute(
         where = f"{detector.pipeline.path.name} on {result.context}"
         timings = result.timings
         print(
-            f"{args.image}: {len(rows)} object(s) - {where} (pre {timings.pre_ms:.1f} ms, "
-            f"infer {timings.infer_ms:.1f} ms, post {timings.post_ms:.1f} ms)",
+            f"{args.image}: {len(rows)} object(s), task {report['task']} - {where} "
+            f"(pre {timings.pre_ms:.1f} ms, infer {timings.infer_ms:.1f} ms, post {timings.post_ms:.1f} ms)",
             file=out,
         )
         for row in rows:
             box = ", ".join(f"{v:.0f}" for v in row["box"])
-            print(f"  {row['name']:<16} {row['score']:.2f}  [{box}]", file=out)
+            extra = ""
+            if "angle" in row:
+                extra += f"  angle {row['angle']:.2f} rad"
+            if "keypoints" in row:
+                visible = sum(1 for _, _, v in row["keypoints"] if v >= 0.5)
+                extra += f"  {visible}/{len(row['keypoints'])} keypoints visible"
+            if "mask" in row:
+                extra += f"  mask {row['mask']['area']} px"
+            print(f"  {row['name']:<16} {row['score']:.2f}  [{box}]{extra}", file=out)
     if args.out:
         write_image(args.out, draw_detections(image, found, names))
         if not args.json:

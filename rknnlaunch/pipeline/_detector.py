@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import UsageError
-from ..model._metadata import class_names, resolve_model
+from ..model._metadata import class_names, decoder_facts, resolve_model
 from ..runtime._choice import LaunchPlan
 from ..runtime._closing import ClosesOnExit
 from ..runtime._open import Runtime
@@ -30,6 +30,7 @@ from ..runtime._pool import CpuAffinity, WorkerGroup, WorkerKind
 from ..runtime._workers import DEPTH, FactorySpec
 from ..settings._env import NpuSettings
 from ..yolo._decode import class_count
+from ..yolo._masks import MaskResolution
 from ..yolo._types import Detections
 from ._spec import ModelPipeline
 
@@ -137,6 +138,8 @@ class Detector(ClosesOnExit):
     (the latency path of `rknnlaunch.open`: one image at a time, each as fast as it can be).
     ``launch_plan``: a plan already made by the caller (tools that discovered the NPU once).
     ``pad`` None = the default for the model's format; ``conf``/``iou`` are the decoder's thresholds.
+    ``task`` / ``layout`` force the YOLO task or output layout (default: from the model's metadata
+    and output shapes, docs/yolo.md); ``masks`` "proto" or "image" for segmentation models.
     """
 
     def __init__(
@@ -156,6 +159,9 @@ class Detector(ClosesOnExit):
         max_contexts: int | None = None,
         one_context: bool = False,
         launch_plan: LaunchPlan | None = None,
+        task: str | None = None,
+        layout: str | None = None,
+        masks: MaskResolution = "proto",
     ) -> None:
         path = resolve_model(model)
         if max_contexts is not None and max_contexts < 1:
@@ -164,7 +170,9 @@ class Detector(ClosesOnExit):
         def make_task(plan: LaunchPlan) -> DetectTask:
             # The file the plan loads (the .onnx beside an .rknn on the CPU); checked before any
             # context opens.
-            return DetectTask(ModelPipeline.for_model(plan.model, pad, conf, iou))
+            return DetectTask(
+                ModelPipeline.for_model(plan.model, pad, conf, iou, task=task, layout=layout, masks=masks)
+            )
 
         self._group = WorkerGroup(
             path,
@@ -180,10 +188,12 @@ class Detector(ClosesOnExit):
             layout="one" if one_context else "per-core",
             launch_plan=launch_plan,
         )
-        task = self._group.task
-        assert isinstance(task, DetectTask)
-        self.pipeline: ModelPipeline = task.pipeline
-        self.class_names: list[str] | None = class_names(self.pipeline.metadata)
+        detect_task = self._group.task
+        assert isinstance(detect_task, DetectTask)
+        self.pipeline: ModelPipeline = detect_task.pipeline
+        self.class_names: list[str] | None = decoder_facts(self.pipeline.metadata).get(
+            "names"
+        ) or class_names(self.pipeline.metadata)
         self._workers = self._group.workers
         self.backend = self._group.backend
         self.cores = self._group.cores

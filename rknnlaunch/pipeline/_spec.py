@@ -6,14 +6,48 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..model._metadata import input_size, model_metadata, pad_for
+from .._errors import UsageError
+from ..model._metadata import decoder_facts, input_size, model_metadata, pad_for
 from ..yolo._decode import YoloDecoder
+from ..yolo._layouts import LAYOUTS, TASKS
 from ..yolo._letterbox import Letterboxer
+from ..yolo._masks import MaskResolution
 
 
-def make_decoder(conf_threshold: float, iou_threshold: float) -> YoloDecoder:
-    """The one place the pipeline builds its YOLO decoder (switching decoders is a change here only)."""
-    return YoloDecoder(conf_threshold, iou_threshold)
+def make_decoder(
+    conf_threshold: float,
+    iou_threshold: float,
+    facts: dict[str, Any] | None = None,
+    task: str | None = None,
+    layout: str | None = None,
+    masks: MaskResolution = "proto",
+) -> YoloDecoder:
+    """The one place the pipeline builds its YOLO decoder: the model file's facts (task, class
+    names, input size, ...) plus what the user forced; the layout itself is read from the output
+    shapes on the first frame (docs/yolo.md)."""
+    return YoloDecoder(
+        conf_threshold,
+        iou_threshold,
+        layout=layout,  # type: ignore[arg-type]  # checked against LAYOUTS in ModelPipeline
+        metadata=facts,
+        task=task,
+        masks=masks,
+    )
+
+
+def check_decoder_options(task: str | None, layout: str | None, masks: str) -> None:
+    """`UsageError` for a task, layout or mask resolution we do not know, before any runtime opens."""
+    if task is not None and task not in TASKS:
+        raise UsageError(
+            f"unknown task {task!r}", f"use one of {', '.join(TASKS)} (or leave it to the model)"
+        )
+    if layout is not None and layout not in LAYOUTS:
+        raise UsageError(
+            f"unknown YOLO output layout {layout!r}",
+            f"use one of {', '.join(LAYOUTS)} (docs/yolo.md), or leave it to the output shapes",
+        )
+    if masks not in ("proto", "image"):
+        raise UsageError(f"unknown mask resolution {masks!r}", "use 'proto' or 'image'")
 
 
 @dataclass(frozen=True)
@@ -28,6 +62,12 @@ class ModelPipeline:
     pad_value: int
     conf_threshold: float
     iou_threshold: float
+    task: str | None = None
+    """Forced task (detect/segment/pose/obb); None = from the metadata or the output shapes."""
+    layout: str | None = None
+    """Forced output layout (docs/yolo.md); None = detected from the output shapes."""
+    masks: MaskResolution = "proto"
+    """Segmentation masks at the protos' resolution or the image's."""
 
     @classmethod
     def for_model(
@@ -36,6 +76,10 @@ class ModelPipeline:
         pad_value: int | None = None,
         conf_threshold: float = 0.25,
         iou_threshold: float = 0.45,
+        *,
+        task: str | None = None,
+        layout: str | None = None,
+        masks: MaskResolution = "proto",
     ) -> ModelPipeline:
         """Read the file's metadata once; ``pad_value`` None = the default for its format (`pad_for`).
 
@@ -44,7 +88,8 @@ class ModelPipeline:
         metadata = model_metadata(path)
         width, height = input_size(metadata)
         pad = pad_for(path) if pad_value is None else pad_value
-        pipeline = cls(path, metadata, width, height, pad, conf_threshold, iou_threshold)
+        check_decoder_options(task, layout, masks)
+        pipeline = cls(path, metadata, width, height, pad, conf_threshold, iou_threshold, task, layout, masks)
         pipeline.stages()  # validates pad and thresholds now
         return pipeline
 
@@ -52,5 +97,12 @@ class ModelPipeline:
         """A fresh letterboxer and decoder (one pair per thread: the letterbox buffer is reused)."""
         return (
             Letterboxer((self.input_width, self.input_height), pad_value=self.pad_value),
-            make_decoder(self.conf_threshold, self.iou_threshold),
+            make_decoder(
+                self.conf_threshold,
+                self.iou_threshold,
+                decoder_facts(self.metadata),
+                self.task,
+                self.layout,
+                self.masks,
+            ),
         )

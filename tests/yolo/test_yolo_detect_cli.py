@@ -94,3 +94,86 @@ def test_unreadable_image_and_unwritable_output_are_usage_errors(image: Path, tm
         args = parse(str(image), "--out", str(tmp_path / "x.unknownext"))
         _cmd_detect.execute(args, load_settings({}), None, out)
     assert out.getvalue() == ""
+
+
+def _pose_outputs() -> list[np.ndarray]:
+    from rknnlaunch.yolo._synth import SynthObject, encode_rknn_pose
+
+    keypoints = tuple((200.0 + 5 * k, 200.0 + 8 * k, 0.9) for k in range(17))
+    return encode_rknn_pose([SynthObject((150, 180, 330, 400), 0, 0.9, keypoints=keypoints)])
+
+
+def _obb_outputs() -> list[np.ndarray]:
+    from rknnlaunch.yolo._synth import SynthObject, encode_end2end
+
+    return encode_end2end([SynthObject((100, 200, 300, 260), 1, 0.8, angle=0.5)], task="obb")
+
+
+def _seg_outputs() -> list[np.ndarray]:
+    from rknnlaunch.yolo._synth import SynthObject, encode_end2end
+
+    coefficients = tuple(1.0 if i == 0 else 0.0 for i in range(32))
+    table = encode_end2end(
+        [SynthObject((100, 200, 300, 400), 0, 0.9, coefficients=coefficients)], task="segment"
+    )
+    protos = np.zeros((1, 32, 160, 160), np.float32)
+    protos[0, 0] = 4.0  # proto 0 is "on" everywhere: the mask is the whole box
+    return [*table, protos]
+
+
+@pytest.mark.parametrize(
+    ("outputs", "argv", "task", "field"),
+    [
+        (_pose_outputs, (), "pose", "keypoints"),
+        (_obb_outputs, ("--task", "obb"), "obb", "angle"),
+        (_seg_outputs, ("--task", "segment"), "segment", "mask"),
+    ],
+)
+def test_detect_reports_every_task_as_json_and_draws_it(
+    host_factory: Callable[[str], HostRoot],
+    tmp_path: Path,
+    image: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    outputs: Callable[[], list[np.ndarray]],
+    argv: tuple[str, ...],
+    task: str,
+    field: str,
+) -> None:
+    host = host_factory("rk3588-drm")
+    model = write_rknn(tmp_path / f"yolo-{task}.rknn")
+    made = outputs()
+    original_init = FakeRknnLite.__init__
+
+    def init(self: FakeRknnLite) -> None:
+        original_init(self)
+        self.outputs = made
+
+    monkeypatch.setattr(FakeRknnLite, "__init__", init)
+    out, annotated = io.StringIO(), tmp_path / "annotated.png"
+    settings = load_settings({"RKNNLAUNCH_ROOT": str(host.root)})
+    args = parse(str(image), "--model", str(model), "--json", "--out", str(annotated), *argv)
+    assert _cmd_detect.execute(args, settings, FakeRknnLite, out) == 0
+    doc = json.loads(out.getvalue())
+    assert doc["task"] == task and doc["count"] == 1
+    assert field in doc["detections"][0]
+    assert annotated.is_file()
+
+
+def test_detect_refuses_a_task_the_outputs_do_not_have(
+    host_factory: Callable[[str], HostRoot], tmp_path: Path, image: Path
+) -> None:
+    from rknnlaunch import ModelError
+
+    host = host_factory("rk3588-drm")
+    model = write_rknn(tmp_path / "yolov8s.rknn")
+    settings = load_settings({"RKNNLAUNCH_ROOT": str(host.root)})
+    with pytest.raises(ModelError) as caught:
+        _cmd_detect.execute(
+            parse(str(image), "--model", str(model), "--task", "pose"), settings, FakeRknnLite
+        )
+    assert "pose" in str(caught.value)
+
+
+def test_unknown_task_is_a_usage_error(image: Path) -> None:
+    with pytest.raises(UsageError):
+        parse(str(image), "--task", "classify")
