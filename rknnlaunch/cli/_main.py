@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "run": ("_run", "check the NPU, export the normalised RKNN_NPU_* env, then exec a command"),
     "model": ("_model", "inspect model files"),
+    "convert": ("_convert", "convert a YOLO ONNX model to .rknn (rknn-toolkit2, x86_64 Linux)"),
+    "validate": ("_validate", "check that an .rknn still detects what its ONNX detects"),
 }
 
 

@@ -40,7 +40,32 @@ def run_inspect(args: argparse.Namespace) -> int:
     ]
     rows += [(f"input {i}", t.describe()) for i, t in enumerate(info.inputs)]
     rows += [(f"output {i}", t.describe()) for i, t in enumerate(info.outputs)]
+    facts = info.facts
+    if facts is not None:
+        width, height = facts.input_size
+        rows += [
+            ("task", facts.task),
+            ("classes", ", ".join(facts.class_names)),
+            (
+                "input",
+                f"{width}x{height} {facts.input_layout} {facts.input_dtype} RGB, "
+                f"letterbox pad {facts.pad_value}",
+            ),
+            ("output layout", facts.output_layout),
+            (
+                "quantization",
+                facts.quantization
+                + (" (the head's tail in float16)" if facts.quantization == "int8-hybrid" else ""),
+            ),
+            ("source onnx", f"sha256 {facts.source_onnx_sha256}"),
+        ]
+        if facts.calibration_sha256:
+            rows.append(
+                ("calibration", f"{facts.calibration_images} images, sha256 {facts.calibration_sha256}")
+            )
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
+    for problem, fix in info.warnings():
+        print(f"warning: {problem}\n  fix: {fix}")
     return 0

@@ -153,12 +153,25 @@ def _literal(value: Any) -> Any:
 def decoder_facts(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """The facts a YOLO decoder takes from a model file's metadata (`model_metadata`'s result).
 
-    Reads the exporter's key/value metadata (ONNX ``metadata_props``; for an .rknn the facts
-    `rknnlaunch convert` embeds, under ``custom``), keeps the keys in `DECODER_KEYS` whose values
-    have the expected type after literal parsing, and drops the rest: a malformed value means "not
-    known", so the decoder falls back to the output shapes (and says so when they are ambiguous).
+    Reads the facts `rknnlaunch convert` embedded in an .rknn (``facts``, already validated), then
+    the exporter's key/value metadata (ONNX ``metadata_props``, or ``custom``), and keeps the keys
+    in `DECODER_KEYS` whose values have the expected type after literal parsing, dropping the rest:
+    a malformed value means "not known", so the decoder falls back to the output shapes (and says
+    so when they are ambiguous).
     """
     facts: dict[str, Any] = {}
+    embedded = metadata.get("facts")  # what `rknnlaunch convert` embedded (model/_facts.py), checked
+    if isinstance(embedded, Mapping):
+        for key, value in (
+            ("task", embedded.get("task")),
+            ("names", embedded.get("class_names")),
+            ("layout", embedded.get("output_layout")),
+        ):
+            if value is not None:
+                facts[key] = value
+        size = embedded.get("input_size")
+        if isinstance(size, (list, tuple)) and len(size) == 2:
+            facts["imgsz"] = [size[1], size[0]]  # Ultralytics' order: height, width
     for source_key in ("metadata", "custom"):
         source = metadata.get(source_key)
         if not isinstance(source, Mapping):

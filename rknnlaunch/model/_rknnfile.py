@@ -13,9 +13,18 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from .._errors import ModelError
+from ._facts import (
+    MAX_CUSTOM_STRING,
+    ModelFacts,
+    check_json_depth,
+    decode_custom_string,
+    describe_validation_error,
+)
 from ._files import require_file
 
 MAGIC = b"RKNN"
@@ -24,6 +33,8 @@ OLD_HEADER_SIZE = 24
 # No sane model is this large; a length beyond it means a foreign or corrupt file.
 _MAX_BLOCK = 1 << 34
 _MAX_JSON = 64 << 20
+_MAX_JSON_DEPTH = 16
+"""Real toolkit2 metadata nests 4-5 levels; json.loads recursion must never see 100,000."""
 
 
 @dataclass(frozen=True)
@@ -33,10 +44,24 @@ class TensorInfo:
     name: str
     shape: tuple[int, ...]
     dtype: str | None = None
+    layout: str | None = None
+    """The layout the runtime exchanges the tensor in (``NHWC`` inputs), when the file says."""
+
+    def runtime_shape(self) -> tuple[int, ...]:
+        """``shape`` as the runtime takes it: toolkit2 records NCHW graph shapes for NHWC inputs."""
+        shape = self.shape
+        if self.layout == "NHWC" and len(shape) == 4 and shape[1] in (1, 3, 4) and shape[3] not in (1, 3, 4):
+            n, c, h, w = self.shape
+            return (n, h, w, c)
+        return self.shape
 
     def describe(self) -> str:
-        dims = "x".join(str(dim) for dim in self.shape) or "?"
-        return f"{self.name} [{dims}]" + (f" {self.dtype}" if self.dtype else "")
+        dims = "x".join(str(dim) for dim in self.runtime_shape()) or "?"
+        return (
+            f"{self.name} [{dims}]"
+            + (f" {self.layout}" if self.layout else "")
+            + (f" {self.dtype}" if self.dtype else "")
+        )
 
 
 @dataclass(frozen=True)
@@ -53,6 +78,28 @@ class RknnModelInfo:
     name: str | None = None
     source_platform: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    custom_string: str | None = None
+    facts: ModelFacts | None = None
+    """What `rknnlaunch convert` embedded (None for other tools' models)."""
+
+    def warnings(self) -> list[tuple[str, str]]:
+        """(problem, fix) for models that load but cannot work as intended."""
+        found = []
+        if len(self.outputs) == 1 and self.outputs[0].dtype in ("int8", "uint8"):
+            output = self.outputs[0]
+            shape = output.shape
+            if len(shape) == 3 and 5 <= shape[1] < shape[2]:
+                found.append(
+                    (
+                        f"output {output.name} [{'x'.join(map(str, shape))}] is {output.dtype}: "
+                        "in a single [1, 4+nc, N] YOLO output the class scores (0-1) share one int8 scale "
+                        "with the box coordinates (0-640 px), so every score rounds to 0 and the model "
+                        "detects nothing",
+                        "rebuild it with `rknnlaunch convert MODEL.onnx --target SOC --quant-images DIR` "
+                        "(keeps the head's tail in float16) or with --fp16",
+                    )
+                )
+        return found
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -61,10 +108,12 @@ class RknnModelInfo:
             "format_version": self.format_version,
             "toolkit_version": self.toolkit_version,
             "target_platforms": list(self.target_platforms),
-            "inputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in self.inputs],
-            "outputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in self.outputs],
+            "inputs": [_tensor_dict(t) for t in self.inputs],
+            "outputs": [_tensor_dict(t) for t in self.outputs],
             "name": self.name,
             "source_platform": self.source_platform,
+            "facts": self.facts.as_dict() if self.facts else None,
+            "warnings": [problem for problem, _ in self.warnings()],
         }
 
 
@@ -117,6 +166,7 @@ def parse_rknn(data: bytes | mmap.mmap, name: str = "<bytes>") -> RknnModelInfo:
             rebuild,
         )
     metadata: dict[str, Any] = {}
+    typed = _Metadata()
     if len(data) >= json_at + 8:
         (json_length,) = struct.unpack_from("<Q", data, json_at)
         body = data[json_at + 8 : json_at + 8 + json_length]
@@ -127,32 +177,162 @@ def parse_rknn(data: bytes | mmap.mmap, name: str = "<bytes>") -> RknnModelInfo:
                 f"{name} is truncated: the metadata needs {json_length} bytes, only {len(body)} are present",
                 rebuild,
             )
-        try:
-            parsed = json.loads(body.decode("utf-8").rstrip("\0"))
-        except (UnicodeDecodeError, ValueError):
-            raise ModelError(f"{name}: the metadata after the model block is not JSON", rebuild) from None
-        if isinstance(parsed, dict):
-            metadata = parsed
+        metadata, typed = _parse_metadata(bytes(body), name, rebuild)
     elif format_version > 1:
         raise ModelError(f"{name} is truncated: the metadata after the model block is missing", rebuild)
-    inputs, outputs = _tensors(metadata)
-    targets = metadata.get("target_platform", ())
-    if isinstance(targets, str):
-        targets = [targets]
+    strings = _root_strings(data, header, block_length)
+    custom = strings.get(_CUSTOM_STRING_FIELD) or None
+    io_layouts = {
+        **_io_info(strings.get(_INPUT_INFO_FIELD)),
+        **_io_info(strings.get(_OUTPUT_INFO_FIELD)),
+    }
+    inputs, outputs = _tensors(typed, io_layouts)
+    targets = [typed.target_platform] if isinstance(typed.target_platform, str) else typed.target_platform
     return RknnModelInfo(
         path=name,
         size=len(data),
         format_version=format_version,
-        toolkit_version=_str_or_none(metadata.get("version")),
-        target_platforms=tuple(str(t).lower() for t in targets if isinstance(t, str)),
+        toolkit_version=typed.version or None,
+        target_platforms=tuple(t.lower() for t in targets),
         inputs=inputs,
         outputs=outputs,
-        name=_str_or_none(metadata.get("name")),
-        source_platform=_str_or_none(
-            metadata.get("ori_network_platform") or metadata.get("network_platform")
-        ),
+        name=typed.name or None,
+        source_platform=typed.ori_network_platform or typed.network_platform or None,
         metadata=metadata,
+        custom_string=custom,
+        facts=decode_custom_string(custom, name),
     )
+
+
+# The trailing JSON, typed. Strict types: a number where a string belongs, or {} for an id, is an
+# error naming the field, not a TypeError deep in the reader. Unknown keys are ignored (newer
+# toolkits add some); bounds keep absurd values (huge integers, million-entry lists) out.
+_Text = Annotated[StrictStr, Field(max_length=4096)]
+_Id = Annotated[StrictInt, Field(ge=0, le=1 << 20)]
+_Dim = Annotated[StrictInt, Field(ge=-1, le=1 << 31)]
+_MAX_ITEMS = 1 << 16
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _DType(_Strict):
+    vx_type: _Text = ""
+    qnt_type: _Text = ""
+    qnt_method: _Text = ""
+
+
+class _NormTensor(_Strict):
+    tensor_id: _Id
+    url: _Text | None = None
+    name: _Text | None = None
+    size: Annotated[list[_Dim], Field(max_length=16)] | None = None
+    shape: Annotated[list[_Dim], Field(max_length=16)] | None = None
+    dtype: _DType | _Text | None = None
+
+
+class _GraphLink(_Strict):
+    left: _Text
+    left_tensor_id: _Id = 0
+    right: _Text
+    right_tensor_id: _Id
+
+
+class _Metadata(_Strict):
+    version: _Text | None = None
+    target_platform: Annotated[list[_Text], Field(max_length=64)] | _Text = []
+    name: _Text | None = None
+    ori_network_platform: _Text | None = None
+    network_platform: _Text | None = None
+    norm_tensor: Annotated[list[_NormTensor], Field(max_length=_MAX_ITEMS)] = []
+    graph: Annotated[list[_GraphLink], Field(max_length=_MAX_ITEMS)] = []
+
+
+def _parse_metadata(body: bytes, name: str, fix: str) -> tuple[dict[str, Any], _Metadata]:
+    """The trailing JSON as a dict and as the typed `_Metadata`; `ModelError` naming the bad field."""
+    try:
+        text = body.decode("utf-8").rstrip("\0")
+    except UnicodeDecodeError:
+        raise ModelError(f"{name}: the metadata after the model block is not JSON", fix) from None
+    check_json_depth(text, _MAX_JSON_DEPTH, f"{name}: the metadata", fix)
+    try:
+        parsed = json.loads(text)
+    except ValueError:  # also: integers beyond Python's 4,300-digit conversion limit
+        raise ModelError(f"{name}: the metadata after the model block is not JSON", fix) from None
+    if not isinstance(parsed, dict):
+        raise ModelError(
+            f"{name}: the metadata after the model block is a JSON {type(parsed).__name__}, not an object",
+            fix,
+        )
+    try:
+        return parsed, _Metadata.model_validate(parsed)
+    except ValidationError as exc:
+        raise ModelError(
+            f"{name}: the metadata is malformed: {describe_validation_error(exc, 'metadata')}", fix
+        ) from None
+
+
+# The FlatBuffer block's root table. Fields 11-13 are strings rknn-toolkit2 2.x writes (seen in 2.5.0
+# output, docs/convert.md): 11 the `custom_string` given to rknn.config, 12 and 13 JSON maps
+# {tensor name: {"dtype": ..., "layout": ...}} of how the runtime exchanges inputs and outputs
+# (e.g. {"images": {"dtype": "int8", "layout": "NHWC"}}, {"output0": {"dtype": "float16", ...}}).
+_CUSTOM_STRING_FIELD = 11
+_INPUT_INFO_FIELD = 12
+_OUTPUT_INFO_FIELD = 13
+_STRING_FIELDS = (_CUSTOM_STRING_FIELD, _INPUT_INFO_FIELD, _OUTPUT_INFO_FIELD)
+
+
+def _root_strings(data: bytes | mmap.mmap, start: int, length: int) -> dict[int, str]:
+    """The root table's string fields we use, bounds-checked; {} when the block is not a FlatBuffer
+    we understand (older toolkits, hand-built files): these fields are extras, never required."""
+    end = start + length
+    found: dict[int, str] = {}
+    try:
+        (root,) = struct.unpack_from("<I", data, start)
+        table = start + root
+        (back,) = struct.unpack_from("<i", data, table)
+        vtable = table - back
+        if not (start <= vtable < end and start <= table < end):
+            return {}
+        (vtable_size,) = struct.unpack_from("<H", data, vtable)
+        for field_index in _STRING_FIELDS:
+            slot = 4 + 2 * field_index
+            if slot + 2 > vtable_size:
+                continue
+            (offset,) = struct.unpack_from("<H", data, vtable + slot)
+            if offset == 0:
+                continue
+            (relative,) = struct.unpack_from("<I", data, table + offset)
+            at = table + offset + relative
+            (size,) = struct.unpack_from("<I", data, at)
+            if at + 4 + size > end or size > MAX_CUSTOM_STRING:
+                continue
+            found[field_index] = bytes(data[at + 4 : at + 4 + size]).decode("utf-8")
+    except (struct.error, UnicodeDecodeError, ValueError):
+        return found
+    return found
+
+
+def _io_info(text: str | None) -> dict[str, tuple[str | None, str | None]]:
+    """{tensor name: (dtype, layout)} from a field-12/13 string; {} for anything unexpected."""
+    if not text or len(text) > MAX_CUSTOM_STRING or not text.startswith("{"):
+        return {}
+    try:
+        check_json_depth(text, 4, "", "")
+        parsed = json.loads(text)
+    except (ValueError, ModelError):
+        return {}
+    result: dict[str, tuple[str | None, str | None]] = {}
+    if isinstance(parsed, dict):
+        for key, value in parsed.items():
+            if isinstance(value, dict):
+                dtype, layout = value.get("dtype"), value.get("layout")
+                result[key] = (
+                    dtype.lower() if isinstance(dtype, str) and dtype else None,
+                    layout.upper() if isinstance(layout, str) and layout else None,
+                )
+    return result
 
 
 def _foreign(name: str, data: bytes) -> str:
@@ -186,39 +366,49 @@ def _sniff(data: bytes) -> str | None:
     return None
 
 
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
+def _tensor_dict(tensor: TensorInfo) -> dict[str, Any]:
+    return {
+        "name": tensor.name,
+        "shape": list(tensor.shape),
+        "dtype": tensor.dtype,
+        "layout": tensor.layout,
+        "runtime_shape": list(tensor.runtime_shape()),
+    }
 
 
-def _tensors(metadata: dict[str, Any]) -> tuple[tuple[TensorInfo, ...], tuple[TensorInfo, ...]]:
+def _tensors(
+    metadata: _Metadata, io_layouts: dict[str, tuple[str | None, str | None]]
+) -> tuple[tuple[TensorInfo, ...], tuple[TensorInfo, ...]]:
     """Inputs/outputs from the `graph` links to `norm_tensor` entries (how toolkit2 writes them)."""
-    norm = {t.get("tensor_id"): t for t in metadata.get("norm_tensor", []) if isinstance(t, dict)}
+    norm = {t.tensor_id: t for t in metadata.norm_tensor}
     found: dict[str, list[tuple[int, TensorInfo]]] = {"input": [], "output": []}
-    for link in metadata.get("graph", []):
-        if not isinstance(link, dict) or link.get("right") != "norm_tensor":
+    for link in metadata.graph:
+        if link.right != "norm_tensor":
             continue
-        side = link.get("left")
-        tensor = norm.get(link.get("right_tensor_id"))
-        if side in found and tensor is not None:
-            found[side].append((int(link.get("left_tensor_id", 0)), _tensor(tensor)))
+        tensor = norm.get(link.right_tensor_id)
+        if link.left in found and tensor is not None:
+            found[link.left].append((link.left_tensor_id, _tensor(tensor, io_layouts)))
     return (
         tuple(t for _, t in sorted(found["input"], key=lambda pair: pair[0])),
         tuple(t for _, t in sorted(found["output"], key=lambda pair: pair[0])),
     )
 
 
-def _tensor(raw: dict[str, Any]) -> TensorInfo:
-    shape = raw.get("size") or raw.get("shape") or []
-    dtype = raw.get("dtype")
-    dtype_name = None
-    if isinstance(dtype, dict):
-        dtype_name = dtype.get("vx_type") or dtype.get("qnt_type") or None
-    elif isinstance(dtype, str):
-        dtype_name = dtype
-    if isinstance(dtype_name, str):
+def _tensor(raw: _NormTensor, io_layouts: dict[str, tuple[str | None, str | None]]) -> TensorInfo:
+    shape = raw.size or raw.shape or []
+    dtype_name: str | None = None
+    if isinstance(raw.dtype, _DType):
+        dtype_name = raw.dtype.vx_type or raw.dtype.qnt_type or None
+    elif isinstance(raw.dtype, str):
+        dtype_name = raw.dtype
+    if dtype_name:
         dtype_name = dtype_name.removeprefix("VSI_NN_TYPE_").lower() or None
+    name = raw.url or raw.name or f"tensor{raw.tensor_id}"
+    io_dtype, layout = io_layouts.get(name, (None, None))
     return TensorInfo(
-        name=str(raw.get("url") or raw.get("name") or f"tensor{raw.get('tensor_id', '?')}"),
-        shape=tuple(int(dim) for dim in shape if isinstance(dim, int)),
-        dtype=dtype_name,
+        name=name,
+        shape=tuple(shape),
+        # The I/O info says what the runtime hands out (float16 outputs have no vx_type at all).
+        dtype=io_dtype or dtype_name,
+        layout=layout,
     )

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import UsageError
+from ..model._facts import embedded_pad_and_names
 from ..model._metadata import decoder_facts, input_size, model_metadata, pad_for
 from ..yolo._decode import YoloDecoder
 from ..yolo._layouts import LAYOUTS, TASKS
@@ -87,7 +88,11 @@ class ModelPipeline:
         """
         metadata = model_metadata(path)
         width, height = input_size(metadata)
-        pad = pad_for(path) if pad_value is None else pad_value
+        embedded_pad, _ = embedded_pad_and_names(metadata)  # the pad `rknnlaunch convert` recorded
+        if pad_value is not None:
+            pad = pad_value
+        else:
+            pad = embedded_pad if embedded_pad is not None else pad_for(path)
         check_decoder_options(task, layout, masks)
         pipeline = cls(path, metadata, width, height, pad, conf_threshold, iou_threshold, task, layout, masks)
         pipeline.stages()  # validates pad and thresholds now

@@ -414,13 +414,17 @@ def check_model(path: Path, found: Findings) -> list[CheckResult]:
     tensors = "; ".join(
         [f"in {t.describe()}" for t in model.inputs] + [f"out {t.describe()}" for t in model.outputs]
     )
+    summary = (
+        f"{path.name}: .rknn format {model.format_version}, toolkit {model.toolkit_version or '?'}, "
+        f"built for {', '.join(model.target_platforms) or '?'}" + (f"; {tensors}" if tensors else "")
+    )
+    warnings = model.warnings()
     results = [
         CheckResult(
             "model",
-            "ok",
-            f"{path.name}: .rknn format {model.format_version}, toolkit {model.toolkit_version or '?'}, "
-            f"built for {', '.join(model.target_platforms) or '?'}" + (f"; {tensors}" if tensors else ""),
-            None,
+            "warn" if warnings else "ok",
+            summary + "".join(f"; {problem}" for problem, _ in warnings),
+            "; ".join(fix for _, fix in warnings) or None,
             model.as_dict(),
         )
     ]

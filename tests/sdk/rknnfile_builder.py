@@ -26,7 +26,12 @@ def rknn_bytes(
     norm_tensor = [
         {
             "dim_num": len(shape),
-            "dtype": {"qnt_method": "", "qnt_type": "", "vx_type": "VSI_NN_TYPE_UINT8"},
+            # uint8 in; float16 out (an int8 single YOLO output is the "blind" model we warn about)
+            "dtype": {
+                "qnt_method": "",
+                "qnt_type": "",
+                "vx_type": "VSI_NN_TYPE_UINT8" if index < len(inputs) else "VSI_NN_TYPE_FLOAT16",
+            },
             "size": list(shape),
             "tensor_id": index,
             "url": name,
@@ -58,6 +63,32 @@ def rknn_bytes(
     struct.pack_into("<Q", header, 8, format_version)
     struct.pack_into("<Q", header, 16, len(block))
     return bytes(header) + block + struct.pack("<Q", len(body)) + body
+
+
+def flatbuffer_block(strings: dict[int, str], fields: int = 22) -> bytes:
+    """A minimal FlatBuffer whose root table has string ``strings[i]`` in field ``i`` (as rknn-toolkit2
+    2.5.0 writes the custom string in field 11, input/output I/O info in 12/13)."""
+    vtable_size = 4 + 2 * fields
+    table_size = 4 + 4 * fields
+    vtable_at = 4
+    table_at = vtable_at + vtable_size + (-(vtable_at + vtable_size) % 4)
+    blobs = bytearray()
+    slots = [0] * fields
+    table = bytearray(table_size)
+    struct.pack_into("<i", table, 0, table_at - vtable_at)
+    strings_at = table_at + table_size
+    for index, text in strings.items():
+        field_offset = 4 + 4 * index
+        slots[index] = field_offset
+        encoded = text.encode()
+        at = strings_at + len(blobs)
+        struct.pack_into("<I", table, field_offset, at - (table_at + field_offset))
+        blobs += struct.pack("<I", len(encoded)) + encoded + b"\0"
+        blobs += b"\0" * (-len(blobs) % 4)
+    vtable = struct.pack(f"<HH{fields}H", vtable_size, table_size, *slots)
+    head = struct.pack("<I", table_at) + vtable
+    head += b"\0" * (table_at - len(head))
+    return bytes(head + table + blobs)
 
 
 def write_rknn(path: Path, **kwargs: Any) -> Path:

@@ -39,6 +39,19 @@ ULTRALYTICS_POSE = {
         ({"metadata": {"names": "{-1: 'x'}", "kpt_shape": "True"}}, {}),
         ({"metadata": {"end2end": "True", "task": "detect"}}, {"end2end": True, "task": "detect"}),
         ({"metadata": {"end2end": "1"}}, {}),
+        # an .rknn built by `rknnlaunch convert`: its embedded facts win over the exporter's
+        (
+            {
+                "facts": {
+                    "task": "detect",
+                    "class_names": ["a", "b"],
+                    "output_layout": "ultralytics",
+                    "input_size": [640, 480],
+                },
+                "metadata": {"names": "{0: 'x'}"},
+            },
+            {"task": "detect", "names": ["a", "b"], "layout": "ultralytics", "imgsz": [480, 640]},
+        ),
         ({"metadata": "not a mapping"}, {}),
         ({}, {}),
     ],

@@ -1,0 +1,23 @@
+"""ONNX -> .rknn with rknn-toolkit2 (x86_64 Linux): our letterbox's mean/std, no "blind" int8 heads,
+the model's facts embedded, the toolkit's log summarised. The toolkit is imported only on use."""
+
+from ._convert import Converted, ConvertRequest, OnnxFacts, convert, default_output, read_onnx
+from ._plan import GraphNode, LogSummary, float_tail, summarise_log, with_float_layers
+from ._toolkit import ToolkitFactory, ToolkitLike, load_toolkit
+
+__all__ = [
+    "ConvertRequest",
+    "Converted",
+    "GraphNode",
+    "LogSummary",
+    "OnnxFacts",
+    "ToolkitFactory",
+    "ToolkitLike",
+    "convert",
+    "default_output",
+    "float_tail",
+    "load_toolkit",
+    "read_onnx",
+    "summarise_log",
+    "with_float_layers",
+]

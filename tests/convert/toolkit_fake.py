@@ -1,0 +1,89 @@
+"""A fake `rknn.api.RKNN` (rknn-toolkit2 2.x) for the default suite: every call returns 0 / -1 and
+logs like the real one ("E <stage>: ..." on stdout, colour-coded), `export_rknn` writes an .rknn with
+the configured custom string where the real toolkit puts it (FlatBuffer root field 11)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
+from rknnfile_builder import flatbuffer_block, rknn_bytes
+
+
+class FakeToolkit:
+    fail_at: str | None = None
+    """Stage that fails: 'load', 'build', 'export-partial' (writes half a file, then raises)."""
+    instances: list[FakeToolkit] = []  # noqa: RUF012
+
+    def __init__(self) -> None:
+        print("I rknn-toolkit2 version: 2.5.0")
+        self.settings: dict[str, Any] = {}
+        self.model: str | None = None
+        self.built: bool | None = None
+        FakeToolkit.instances.append(self)
+
+    def config(self, **kwargs: Any) -> None:
+        self.settings = kwargs
+
+    def load_onnx(self, model: str, inputs: Any = None, input_size_list: Any = None) -> int:
+        if self.fail_at == "load" or not os.path.exists(model):
+            print(
+                f"\x1b[1;31mE\x1b[0m \x1b[1;31mload_onnx: The model {model} is not supported: opset 99\x1b[0m"
+            )
+            return -1
+        self.model = model
+        return 0
+
+    def build(self, do_quantization: bool = True, dataset: str | None = None) -> int:
+        if self.fail_at == "build":
+            os.write(
+                1, b"E RKNN: [08:26:39.110] REGTASK: The bit width of field value exceeds the limit\n" * 3
+            )
+            raise ValueError(
+                "Traceback (most recent call last):\nValueError: build failed: unsupported Op Foo"
+            )
+        if do_quantization and not (dataset and Path(dataset).is_file()):
+            print("E build: The dataset file is not exist!")
+            return -1
+        os.write(1, b"E RKNN: [08:26:39.110] REGTASK: The bit width of field value exceeds the limit\n" * 32)
+        self.built = do_quantization
+        return 0
+
+    def export_rknn(self, export_path: str) -> int:
+        if self.built is None:
+            print("E export_rknn: model is not built")
+            return -1
+        custom = self.settings.get("custom_string") or ""
+        block = flatbuffer_block(
+            {
+                11: custom,
+                12: json.dumps({"images": {"dtype": "int8" if self.built else "float16", "layout": "NHWC"}}),
+                13: json.dumps({"output0": {"dtype": "float16", "layout": "NCHW"}}),
+            }
+        )
+        data = rknn_bytes(
+            version="2.5.0",
+            targets=(self.settings["target_platform"],),
+            inputs=(("images", (1, 3, 640, 640)),),
+            block=block,
+        )
+        if self.fail_at == "export-partial":
+            Path(export_path).write_bytes(data[: len(data) // 2])
+            raise RuntimeError("disk full")
+        Path(export_path).write_bytes(data)
+        return 0
+
+    def init_runtime(self, target: str | None = None) -> int:
+        return 0
+
+    def inference(self, inputs: list[Any], data_format: str | None = None) -> list[Any]:
+        return [np.zeros((1, 6, 8400), np.float32)]
+
+    def release(self) -> None:
+        pass
