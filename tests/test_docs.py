@@ -208,3 +208,11 @@ def test_the_checks_catch_what_they_are_for() -> None:
     resolve_dotted("rknnlaunch.runtime._open.open")
     assert list(_paths_in(text)) == ["tests/no_such_file.py", "tests/"]
     assert anchors('# A\n```\n# not a heading\n```\n## A\n<a id="x"></a>') == {"a", "a-1", "x"}
+
+
+@pytest.mark.parametrize("package", ["rknnlaunch", "rknnlaunch.npu"])
+def test_the_sdk_page_lists_the_whole_public_api(package: str) -> None:
+    page = (ROOT / "docs" / "sdk.md").read_text()
+    exported: list[str] = importlib.import_module(package).__all__
+    unlisted = [name for name in exported if f"`{name}`" not in page]
+    assert not unlisted, f"{package}.__all__ has names docs/sdk.md does not list: {unlisted}"
