@@ -9,13 +9,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from .._errors import RknnLaunchError, UsageError
 from ..npu import HostRoot
-from ..preflight._checks import Findings, overall, report_text, run_checks
 from ..runtime import _dtcompat
 from ..settings._allocation import NpuTarget, find_npu, normalised_env
 from ..settings._env import NpuSettings, load_settings
+
+if TYPE_CHECKING:
+    from ..preflight._checks import Findings
 
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
@@ -76,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings()
     checked: Findings | None = None
     if not args.no_check:
+        # Imported here: `run --no-check` (every container's ENTRYPOINT in a hurry) skips its cost.
+        from ..preflight._checks import Findings, overall, report_text, run_checks
+
         checked = Findings()
         results = run_checks(settings, found=checked)
         status = overall(results)

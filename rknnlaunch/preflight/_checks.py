@@ -14,10 +14,9 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import DiscoveryError, ModelError, SettingsError, UnsupportedDriverError
-from ..model._rknnfile import RknnModelInfo, read_rknn
 from ..npu import (
     COMPATIBLE_PATH,
     HostRoot,
@@ -34,6 +33,9 @@ from ..npu import (
 from ..npu._librknnrt import LIBRKNNRT_PATH, Librknnrt, find_librknnrt, librknnrt_source, misplaced_copies
 from ..settings._allocation import Allocation, discover_npu, resolve_allocation
 from ..settings._env import NpuSettings
+
+if TYPE_CHECKING:  # .rknn reading (pydantic models) loads only when a model is checked
+    from ..model._rknnfile import RknnModelInfo
 
 Status = Literal["ok", "warn", "fail", "skip"]
 SCHEMA = "rknnlaunch.doctor/1"
@@ -407,6 +409,8 @@ def check_model(path: Path, found: Findings) -> list[CheckResult]:
             )
         ]
     try:
+        from ..model._rknnfile import read_rknn
+
         model = read_rknn(path)
     except ModelError as exc:
         return [CheckResult("model", "fail", exc.problem, exc.fix, {"path": str(path)})]
