@@ -11,7 +11,7 @@ import ast
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from .._errors import ModelError, UsageError
 
@@ -36,26 +36,10 @@ Layout = Literal[
 stride 8/16/32); ``ultralytics*``: Ultralytics' own ONNX exports (one ``[1, C, N]`` table);
 ``end2end*``: NMS-free ``[1, N, 6 + extras]`` heads (YOLOv10, YOLO26)."""
 
-LAYOUTS: tuple[Layout, ...] = (
-    "rknn-9",
-    "rknn-6",
-    "rknn-yolov10",
-    "rknn-yolov5",
-    "rknn-seg",
-    "rknn-pose",
-    "rknn-obb",
-    "ultralytics",
-    "ultralytics-seg",
-    "ultralytics-pose",
-    "ultralytics-obb",
-    "end2end",
-    "end2end-seg",
-    "end2end-pose",
-    "end2end-obb",
-)
+LAYOUTS: tuple[Layout, ...] = get_args(Layout)  # one list: the Literal above
 
 Task = Literal["detect", "segment", "pose", "obb"]
-TASKS: tuple[Task, ...] = ("detect", "segment", "pose", "obb")
+TASKS: tuple[Task, ...] = get_args(Task)
 
 TASK_OF: dict[Layout, Task] = {
     "rknn-9": "detect",
