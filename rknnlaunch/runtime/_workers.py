@@ -319,6 +319,9 @@ class _Job:
     future: Future[Any]
     in_slot: int = -1
     out_slot: int = -1
+    sent: bool = False
+    """The job message went to the worker. False while in flight: the send was interrupted (a Ctrl-C
+    in the submitting thread), so no reply will come; the worker's exit at close resolves it."""
 
 
 @dataclass
@@ -550,8 +553,12 @@ class ProcessWorkers:
             job.out_slot, proc.out_count = proc.out_count, proc.out_count + 1
         job_id = next(self._ids)
         proc.inflight[job_id] = job
+        # KeyboardInterrupt can land anywhere in the submitting (main) thread, also after the job is
+        # in flight but before its message left: `sent` stays False and close() does not wait for
+        # a reply that will never come (it did, forever, on a Ctrl-C during submit).
         with contextlib.suppress(OSError):  # a dead worker: its reader fails the job
             proc.conn.send(("job", job_id, slot, name, frame.shape, frame.dtype.str, job.out_slot))
+        job.sent = True
 
     def submit(self, frame: np.ndarray[Any, Any]) -> Future[Any]:
         future: Future[Any] = Future()
@@ -586,10 +593,17 @@ class ProcessWorkers:
         try:
             if graceful:
                 with self._changed:
+                    # Only frames a worker was sent: one whose send a Ctrl-C interrupted gets no
+                    # reply; the worker exits on "stop" and its reader fails that frame.
                     self._changed.wait_for(
                         lambda: (
                             not self._backlog
-                            and not any(p.inflight for p in self._procs if p.state == "ready")
+                            and not any(
+                                job.sent
+                                for p in self._procs
+                                if p.state == "ready"
+                                for job in p.inflight.values()
+                            )
                         )
                     )
         finally:

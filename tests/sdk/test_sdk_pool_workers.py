@@ -184,6 +184,40 @@ def test_no_worker_outlives_its_program(setup: tuple[Path, Any, SimulatedNpu], s
     assert released(sim) == 3  # every context released, whichever way the program ended
 
 
+def test_ctrl_c_during_a_send_does_not_hang_close(setup: tuple[Path, Any, SimulatedNpu]) -> None:
+    """A Ctrl-C can land in submit() after the job is in flight but before its message left:
+    close() must not wait for a reply that never comes."""
+    model, settings, sim = setup
+    pool = Pool(model, settings=settings, rknnlite=sim, workers="process")
+    procs = pool._workers._procs  # type: ignore[union-attr]
+    pids = list(pool._workers.pids)  # type: ignore[union-attr]
+
+    class Interrupted:
+        def __init__(self, proc: Any) -> None:
+            self.proc, self.real = proc, proc.conn
+
+        def send(self, message: Any) -> None:
+            for proc in procs:
+                proc.conn = proc.conn.real
+            raise KeyboardInterrupt
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.real, name)
+
+    for proc in procs:
+        proc.conn = Interrupted(proc)
+    with pytest.raises(KeyboardInterrupt):
+        pool.submit(frame(1))
+    closing = threading.Thread(target=pool.close, daemon=True)
+    closing.start()
+    closing.join(timeout=60)
+    assert not closing.is_alive()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert released(sim) == 3
+
+
 def test_submit_racing_close_resolves_every_frame(setup: tuple[Path, Any, SimulatedNpu]) -> None:
     model, settings, sim = setup
     pool = Pool(model, settings=settings, rknnlite=sim, workers="process")
