@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._events import NullEvents
 from .._files import write_atomic
 from ._nfd import PLUGIN_FEATURE_FILE_NAME, feature_text, plugin_labels
 
 log = logging.getLogger(__name__)
 
 
-class PluginLabels:
+class PluginLabels(NullEvents):
     """Rewrites the plugin's feature file when health or a probe verdict changes (a `PluginEvents`).
 
     No expiry: the file changes only on events, and `close()` removes it, so labels never outlive
@@ -30,18 +31,6 @@ class PluginLabels:
         self._probes: dict[int, bool] = {}
         self._written: str | None = None
         self._last_error: str | None = None
-
-    def registered(self) -> None:
-        pass
-
-    def restarted(self) -> None:
-        pass
-
-    def allocated(self, device_ids: Sequence[str], mask: int) -> None:
-        pass
-
-    def allocation_failed(self, reason: str) -> None:
-        pass
 
     def health_changed(self, health: Mapping[str, bool]) -> None:
         with self._lock:
