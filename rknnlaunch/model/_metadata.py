@@ -109,19 +109,9 @@ def _onnx_metadata(path: Path) -> dict[str, Any]:
 
 
 def class_names(metadata: Mapping[str, Any]) -> list[str] | None:
-    """Class names from an Ultralytics export's ``names`` metadata ("{0: 'person', ...}")."""
-    raw = metadata.get("metadata", {}).get("names") if isinstance(metadata.get("metadata"), dict) else None
-    if not isinstance(raw, str):
-        return None
-    try:
-        parsed = ast.literal_eval(raw)
-    except (ValueError, SyntaxError):
-        return None
-    if isinstance(parsed, dict) and all(isinstance(k, int) for k in parsed):
-        return [str(parsed.get(i, f"class {i}")) for i in range(max(parsed) + 1)] if parsed else None
-    if isinstance(parsed, list):
-        return [str(name) for name in parsed]
-    return None
+    """Class names from the model's metadata (the ``names`` of `decoder_facts`)."""
+    names: list[str] | None = decoder_facts(metadata).get("names")
+    return names
 
 
 # Keys of the exporter's metadata the YOLO decoder understands (docs/yolo.md), and their types.

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import UsageError
-from ..model._metadata import class_names, decoder_facts, resolve_model
+from ..model._metadata import class_names, resolve_model
 from ..runtime._choice import LaunchPlan
 from ..runtime._closing import ClosesOnExit
 from ..runtime._open import Runtime
@@ -191,9 +191,7 @@ class Detector(ClosesOnExit):
         detect_task = self._group.task
         assert isinstance(detect_task, DetectTask)
         self.pipeline: ModelPipeline = detect_task.pipeline
-        self.class_names: list[str] | None = decoder_facts(self.pipeline.metadata).get(
-            "names"
-        ) or class_names(self.pipeline.metadata)
+        self.class_names: list[str] | None = class_names(self.pipeline.metadata)
         self._workers = self._group.workers
         self.backend = self._group.backend
         self.cores = self._group.cores
