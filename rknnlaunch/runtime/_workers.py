@@ -4,7 +4,11 @@ Threads suit runtimes whose calls release the GIL; processes let CPU work (the b
 conversions, letterbox, decode) run on every CPU core. Process workers move frames in and outputs
 back through shared memory: the caller's frame is copied once into a slot the worker reads in
 place, and the worker writes its output arrays once into a slot the caller's result arrays view
-(the slot is reused when those arrays are garbage). Small results (detections) are pickled.
+(the slot is reused once those arrays are garbage). Small results (detections) are pickled.
+
+No Python code of ours runs when a result is garbage-collected (no finalizers), and the pool's
+lock is only entered through C: a Ctrl-C can neither be swallowed nor leave the lock held
+(docs/sdk.md#ctrl-c).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import ctypes
 import gc
 import importlib
 import itertools
+import mmap
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -54,6 +59,8 @@ VIEW_SLOTS = 8
 """Output slots per worker whose arrays callers may hold as views; beyond that, results are copied
 out and the slot reused at once (a caller keeping every result must not pin unbounded memory)."""
 _ALIGN = 64
+SHM_DIR = "/dev/shm"
+"""Where Linux keeps POSIX shared memory objects (glibc's shm_open opens files here)."""
 
 FactorySpec = RknnLiteFactory | str | None
 """How a worker makes RKNNLite instances: a picklable callable, ``"module:attribute"``, or None
@@ -313,6 +320,34 @@ def start_forkserver() -> None:
     forkserver.ensure_running()
 
 
+@dataclass(frozen=True)
+class _OutputBlock:
+    """A worker's output block as the parent maps it.
+
+    A plain mmap, never closed by us: result arrays view it (numpy keeps the mmap, not a buffer
+    export, so an explicit close would leave them dangling); it is unmapped when the last array
+    and the pool have let go of it. The name is unlinked when the block is replaced or at close.
+    """
+
+    name: str
+    memory: mmap.mmap
+
+    @classmethod
+    def open(cls, name: str) -> _OutputBlock:
+        fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR)
+        try:
+            return cls(name, mmap.mmap(fd, os.fstat(fd).st_size))
+        finally:
+            os.close(fd)
+
+    def unlink(self) -> None:
+        """Remove the name (and the resource tracker's record of it); mappings stay valid."""
+        with contextlib.suppress(FileNotFoundError):
+            block = SharedMemory(name=self.name)
+            block.unlink()
+            block.close()
+
+
 @dataclass
 class _Job:
     frame: np.ndarray[Any, Any] | None
@@ -341,9 +376,17 @@ class _Proc:
     free_in: deque[int] = field(default_factory=lambda: deque(range(DEPTH)))
     in_shm: list[SharedMemory | None] = field(default_factory=lambda: [None] * DEPTH)
     free_out: deque[int] = field(default_factory=deque)
-    out_shm: dict[int, SharedMemory] = field(default_factory=dict)
+    out_blocks: dict[int, _OutputBlock] = field(default_factory=dict)
     out_count: int = 0
+    lent: list[tuple[weakref.ref[np.ndarray[Any, Any]], int]] = field(default_factory=list)
+    """Output slots whose arrays a caller may still hold: (the arrays' common base, slot)."""
     reader: threading.Thread | None = None
+
+    def reclaim(self) -> None:
+        """Free the output slots whose arrays are all garbage. Pool lock held."""
+        if any(ref() is None for ref, _ in self.lent):
+            self.free_out.extend(slot for ref, slot in self.lent if ref() is None)
+            self.lent = [(ref, slot) for ref, slot in self.lent if ref() is not None]
 
 
 class ProcessWorkers:
@@ -370,18 +413,21 @@ class ProcessWorkers:
         self._context: Any = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
             start_forkserver()
+        # Entered as ``with self._lock`` (C-level __enter__), never through the Condition's Python
+        # __enter__, after which a Ctrl-C can leave the lock held for good (docs/sdk.md#ctrl-c).
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._backlog: deque[_Job] = deque()
         self._ids = itertools.count()
         self._closed = False
         self._retired: list[SharedMemory] = []
+        self._retired_out: list[_OutputBlock] = []
         groups = plan.groups if plan.backend == "npu" else (frozenset(),)
         self._procs = [_Proc(index, cores, 0) for index, cores in enumerate(groups)]
         try:
             for proc in self._procs:
                 self._start(proc)
-            with self._changed:
+            with self._lock:
                 self._changed.wait_for(lambda: all(p.state != "starting" for p in self._procs))
                 failed = [p for p in self._procs if p.state != "ready"]
             if failed:
@@ -428,41 +474,48 @@ class ProcessWorkers:
                 return
             kind = message[0]
             if kind == "ready":
-                with self._changed:
+                with self._lock:
                     proc.state, proc.label = "ready", message[1]
                     self._fill(proc)
                     self._changed.notify_all()
             elif kind == "failed":
-                with self._changed:
+                with self._lock:
                     proc.error = message[1]
             elif kind == "done":
                 self._done(proc, message[1], message[2], message[3])
 
     def _done(self, proc: _Proc, job_id: int, kind: str, payload: Any) -> None:
-        with self._changed:
+        arrays: list[np.ndarray[Any, Any]] = []
+        with self._lock:
             job = proc.inflight.pop(job_id)
             proc.free_in.append(job.in_slot)
-            shm: SharedMemory | None = None
-            held = proc.out_count - len(proc.free_out) - len(proc.inflight)
+            copy = False
             if kind == "arrays":
-                slot, name, _specs = payload
+                slot, name, specs = payload
                 if name is not None:
-                    old = proc.out_shm.pop(slot, None)
+                    old = proc.out_blocks.pop(slot, None)
                     if old is not None:
-                        self._release(old, unmap=False)
-                    proc.out_shm[slot] = SharedMemory(name=name)
-                shm = proc.out_shm[slot]
+                        old.unlink()
+                    proc.out_blocks[slot] = _OutputBlock.open(name)
+                proc.reclaim()
+                copy = len(proc.lent) >= VIEW_SLOTS
+                base, arrays = _views(proc.out_blocks[slot].memory, specs)
+                if not copy:
+                    proc.lent.append((weakref.ref(base), slot))
+                del base
             else:
                 proc.free_out.append(job.out_slot)
             self._fill(proc)
             self._changed.notify_all()
+        if copy:
+            arrays = [array.copy() for array in arrays]
+            proc.free_out.append(payload[0])  # the copies are the caller's: the slot is free now
         if kind == "error":
             job.future.set_exception(payload)
         elif kind == "object":
             job.future.set_result(payload)
         else:
-            assert shm is not None
-            job.future.set_result(_views(shm, payload[2], proc.free_out, payload[0], copy=held > VIEW_SLOTS))
+            job.future.set_result(arrays)
 
     def _died(self, proc: _Proc) -> None:
         process = proc.process
@@ -470,14 +523,14 @@ class ProcessWorkers:
         code = process.exitcode
         how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
         replacement: _Proc | None = None
-        with self._changed:
+        with self._lock:
             was = proc.state
             proc.state = "dead" if was != "stopped" else "stopped"
             lost = list(proc.inflight.values())
             proc.inflight.clear()
             self._retired.extend(s for s in proc.in_shm if s is not None)
-            self._retired.extend(proc.out_shm.values())
-            proc.in_shm, proc.out_shm = [None] * DEPTH, {}
+            self._retired_out.extend(proc.out_blocks.values())
+            proc.in_shm, proc.out_blocks = [None] * DEPTH, {}
             replace_it = was == "ready" and not self._closed and proc.restarts < MAX_RESTARTS
             if replace_it:
                 replacement = _Proc(proc.index, proc.cores, proc.restarts + 1)
@@ -501,10 +554,10 @@ class ProcessWorkers:
             try:
                 self._start(replacement)
             except BaseException as exc:
-                with self._changed:
+                with self._lock:
                     replacement.state, replacement.error = "dead", exc
                     self._changed.notify_all()
-        with self._changed:
+        with self._lock:
             if was == "starting" and proc.error is None:
                 proc.error = InferenceError(
                     f"the worker for {where} (pid {proc.pid}) {how} while opening its runtime",
@@ -547,6 +600,7 @@ class ProcessWorkers:
             name = shm.name
         np.ndarray(frame.shape, frame.dtype, buffer=shm.buf)[...] = frame
         job.in_slot = slot
+        proc.reclaim()
         if proc.free_out:
             job.out_slot = proc.free_out.popleft()
         else:
@@ -563,7 +617,7 @@ class ProcessWorkers:
     def submit(self, frame: np.ndarray[Any, Any]) -> Future[Any]:
         future: Future[Any] = Future()
         job = _Job(frame, future)
-        with self._changed:
+        with self._lock:
             if self._closed:
                 raise InferenceError("this pool is closed", "create a new rknnlaunch.Pool")
             if not any(p.state in ("starting", "ready") for p in self._procs):
@@ -582,7 +636,7 @@ class ProcessWorkers:
 
     def close(self) -> None:
         """Finish every submitted frame, stop the workers, release their contexts and the memory."""
-        with self._changed:
+        with self._lock:
             if self._closed:
                 return
             self._closed = True
@@ -592,7 +646,7 @@ class ProcessWorkers:
         self._closed = True
         try:
             if graceful:
-                with self._changed:
+                with self._lock:
                     # Only frames a worker was sent: one whose send a Ctrl-C interrupted gets no
                     # reply; the worker exits on "stop" and its reader fails that frame.
                     self._changed.wait_for(
@@ -607,7 +661,7 @@ class ProcessWorkers:
                         )
                     )
         finally:
-            with self._changed:
+            with self._lock:
                 procs = list(self._procs)
                 for proc in procs:
                     if proc.state in ("starting", "ready"):
@@ -617,7 +671,7 @@ class ProcessWorkers:
                             proc.conn.send(("stop",))
             for proc in procs:
                 self._stop(proc)
-            with self._changed:
+            with self._lock:
                 procs = list(self._procs)  # a worker that died meanwhile may have a replacement
                 error = InferenceError(
                     "this pool was closed before the frame ran", "create a new rknnlaunch.Pool"
@@ -631,10 +685,12 @@ class ProcessWorkers:
                 for shm in proc.in_shm:
                     if shm is not None:
                         self._release(shm)
-                for shm in proc.out_shm.values():
-                    self._release(shm, unmap=False)
+                for block in proc.out_blocks.values():
+                    block.unlink()
             for shm in self._retired:
-                self._release(shm, unmap=False)
+                self._release(shm)
+            for block in self._retired_out:
+                block.unlink()
 
     @staticmethod
     def _stop(proc: _Proc) -> None:
@@ -654,43 +710,23 @@ class ProcessWorkers:
             proc.conn.close()
 
     @staticmethod
-    def _release(shm: SharedMemory, unmap: bool = True) -> None:
-        """Unlink the block; unmap it only when no result array can view it.
-
-        numpy does not hold a buffer export on ``shm.buf``, so closing a block that result arrays
-        still view would leave them dangling: output blocks are unmapped by the garbage collector
-        once the last array (whose finalizer holds the block) and the pool have let go of them.
-        """
+    def _release(shm: SharedMemory) -> None:
+        """Unlink and unmap an input block (only workers read those, never a caller's array)."""
         with contextlib.suppress(FileNotFoundError):
             shm.unlink()
-        if unmap:
-            shm.close()
+        shm.close()
 
 
 def _views(
-    shm: SharedMemory, specs: list[tuple[int, tuple[int, ...], str]], free: deque[int], slot: int, copy: bool
-) -> list[np.ndarray[Any, Any]]:
-    """Arrays viewing the output slot; the slot is free again once all of them are garbage.
-
-    ``copy``: arrays of their own instead, and the slot is free at once.
-    """
-    base: np.ndarray[Any, Any] = np.ndarray((shm.size,), np.uint8, buffer=shm.buf)
+    memory: mmap.mmap, specs: list[tuple[int, tuple[int, ...], str]]
+) -> tuple[np.ndarray[Any, Any], list[np.ndarray[Any, Any]]]:
+    """Arrays viewing an output block, and their common base: the slot is free again once the
+    base is garbage (every array keeps it, and it keeps the mapping)."""
+    base: np.ndarray[Any, Any] = np.frombuffer(memory, np.uint8)
     views = [
         base[start : start + int(np.prod(shape)) * np.dtype(dtype).itemsize]
         .view(np.dtype(dtype))
         .reshape(shape)
         for start, shape, dtype in specs
     ]
-    if copy:
-        arrays = [view.copy() for view in views]
-        del views, base
-        free.append(slot)
-        return arrays
-    weakref.finalize(base, _slot_free, free, slot, shm)  # holds ``shm``: mapped while views live
-    return views
-
-
-def _slot_free(free: deque[int], slot: int, shm: SharedMemory) -> None:
-    """The last array viewing an output slot is gone: the worker may write into it again."""
-    del shm
-    free.append(slot)
+    return base, views

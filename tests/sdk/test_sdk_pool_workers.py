@@ -184,6 +184,42 @@ def test_no_worker_outlives_its_program(setup: tuple[Path, Any, SimulatedNpu], s
     assert released(sim) == 3  # every context released, whichever way the program ended
 
 
+def test_a_ctrl_c_can_neither_leave_the_pool_lock_held_nor_be_swallowed(
+    setup: tuple[Path, Any, SimulatedNpu],
+) -> None:
+    """docs/sdk.md#ctrl-c: no thread enters the pool's lock through the Condition's Python
+    __enter__, and dropping a result runs no Python code (where a KeyboardInterrupt is lost)."""
+    model, settings, sim = setup
+    entered: list[str] = []
+
+    class Recording(threading.Condition):
+        def __enter__(self) -> bool:
+            entered.append(threading.current_thread().name)
+            return super().__enter__()
+
+    with Pool(model, settings=settings, rknnlite=sim, workers="process") as pool:
+        pool._workers._changed.__class__ = Recording  # type: ignore[union-attr]
+        results = list(pool.map(frame(i) for i in range(12)))
+        assert [value_of(r) for r in results] == list(range(12))
+        ran: list[str] = []
+
+        watched = (os.path.dirname(rknnlaunch.__file__), "weakref.py", "shared_memory.py")
+
+        def profile(code_frame: Any, event: str, arg: Any) -> None:
+            where = code_frame.f_code.co_filename
+            if event == "call" and (where.startswith(watched[0]) or where.endswith(watched[1:])):
+                ran.append(f"{where}:{code_frame.f_code.co_name}")
+
+        sys.setprofile(profile)
+        try:
+            del results  # no cycles: freed here, by reference counting
+        finally:
+            sys.setprofile(None)
+        assert ran == []
+        assert value_of(pool.infer(frame(7))) == 7  # the slots freed by the drop are reused
+    assert entered == []
+
+
 def test_ctrl_c_during_a_send_does_not_hang_close(setup: tuple[Path, Any, SimulatedNpu]) -> None:
     """A Ctrl-C can land in submit() after the job is in flight but before its message left:
     close() must not wait for a reply that never comes."""
