@@ -1,7 +1,7 @@
-"""Prints the SDK's own overheads: import time, `rknnlaunch run` start-up, Pool dispatch per frame.
+"""Prints the SDK's own start-up overheads: import time, `rknnlaunch run` start-up.
 
-Usage: python benchmarks/sdk_bench.py   (no NPU needed: the Pool figure uses the test fake with
-zero-cost inference, so it measures rknnlaunch's queueing and ordering alone).
+Usage: python benchmarks/sdk_bench.py   (no NPU needed). Pool and Detector dispatch per frame,
+over calling the runtime directly, is benchmarks/pool_bench.py's.
 """
 
 from __future__ import annotations
@@ -60,31 +60,6 @@ def main() -> None:
     checked = _preflight_seconds(python)
     print(f"rknnlaunch run -- true (preflight)  {checked * 1000:7.1f} ms (fixture RK3588; target <= 250)")
     print(f"run --no-check / python start-up    {launched / bare:7.2f} x")
-
-    import numpy as np
-    from rknnfile_builder import write_rknn
-    from rknnlite_fake import FakeNpu
-
-    from fakehost import make_host
-    from rknnlaunch import Pool
-    from rknnlaunch.npu import soc_by_name
-    from rknnlaunch.settings._env import load_settings
-
-    with tempfile.TemporaryDirectory() as folder:
-        host = make_host("rk3588-drm", Path(folder) / "host")
-        model = write_rknn(Path(folder) / "m.rknn")
-        soc = soc_by_name("rk3588")
-        assert soc is not None
-        npu = FakeNpu(soc, output_shapes=((1, 1),), init_window=0.0)
-        # One frame of the model's input shape, reused: threads hand it over by reference, so this
-        # measures dispatch, not copies or the fake.
-        frames = [np.zeros((640, 640, 3), np.uint8)] * 5000
-        settings = load_settings({"RKNNLAUNCH_ROOT": str(host.root)})
-        with Pool(model, settings=settings, rknnlite=npu.factory) as pool:
-            start = time.perf_counter()
-            count = sum(1 for _ in pool.map(frames))
-            elapsed = time.perf_counter() - start
-    print(f"Pool.map dispatch (3 fake cores)   {elapsed / count * 1e6:7.1f} us/frame ({count} frames)")
 
 
 if __name__ == "__main__":

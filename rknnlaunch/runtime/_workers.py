@@ -561,7 +561,9 @@ class ProcessWorkers:
             if was == "starting" and proc.error is None:
                 proc.error = InferenceError(
                     f"the worker for {where} (pid {proc.pid}) {how} while opening its runtime",
-                    "run `rknnlaunch doctor`; workers='thread' shows the runtime's log in this process",
+                    "if the program starts the pool as its main module is imported, move that under "
+                    '`if __name__ == "__main__":` (each worker imports the main module); otherwise run '
+                    "`rknnlaunch doctor`; workers='thread' shows the runtime's log in this process",
                 )
             self._fail_backlog_if_nobody_left()
 

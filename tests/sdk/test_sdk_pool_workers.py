@@ -159,6 +159,18 @@ if __name__ == "__main__":
 """
 
 
+def test_a_program_without_a_main_guard_is_told_to_add_one(setup: tuple[Path, Any, SimulatedNpu]) -> None:
+    """Each worker process imports the main module: an unguarded Pool there fails in the worker."""
+    model, settings, sim = setup
+    paths = [p for p in sys.path if p]
+    code = SCRIPT.format(paths=paths, locks=sim.lock_dir, root=str(settings.root), model=str(model))
+    script = Path(sim.lock_dir).parent / "unguarded.py"
+    script.write_text(textwrap.dedent(code).replace('if __name__ == "__main__":', "if True:"))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "while opening its runtime" in done.stderr and "move that under" in done.stderr
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_no_worker_outlives_its_program(setup: tuple[Path, Any, SimulatedNpu], signum: int) -> None:
     model, settings, sim = setup
