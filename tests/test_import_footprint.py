@@ -24,6 +24,8 @@ def _import_with_blocked(module: str, blocked: list[str]) -> subprocess.Complete
         ("rknnlaunch.npu", ["grpc", "google.protobuf", "cv2", "onnxruntime", "pydantic", "numpy"]),
         # `rknnlaunch run`, every container's ENTRYPOINT, starts without numpy.
         ("rknnlaunch.cli._run", ["numpy", "cv2", "onnxruntime", "grpc"]),
+        # What the forkserver preloads for pool worker processes: pydantic would double its start-up.
+        ("rknnlaunch.runtime._workers", ["pydantic", "pydantic_settings", "cv2", "onnxruntime", "grpc"]),
         ("rknpu_device_plugin", ["cv2", "onnxruntime", "matplotlib", "rknnlite"]),
     ],
 )

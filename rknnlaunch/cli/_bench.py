@@ -245,7 +245,7 @@ def _setup(
     def open_case(cores: frozenset[int] | None) -> _bench.BenchRuntime:
         # The plan already discovered the NPU and checked the model: open just this core set.
         case_plan = the_plan if cores is None else dataclasses.replace(the_plan, groups=(cores,))
-        return open_plan(case_plan, settings, rknnlite)[0]
+        return open_plan(case_plan, settings.compatible_file, rknnlite)[0]
 
     def open_pool(case: _bench.BenchCase) -> _bench.StreamPool:
         detector: _bench.StreamPool = Detector(

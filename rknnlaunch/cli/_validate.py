@@ -90,7 +90,7 @@ def execute(
             "--quant-images DIR --validate IMAGES",
         ) from None
     the_plan = dataclasses.replace(the_plan, groups=the_plan.groups[:1])
-    runtime = open_plan(the_plan, settings, rknnlite)[0]
+    runtime = open_plan(the_plan, settings.compatible_file, rknnlite)[0]
     try:
         report = compare_with_reference(
             reference=args.reference,

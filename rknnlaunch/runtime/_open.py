@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
@@ -29,7 +29,6 @@ from .._errors import (
     RuntimeInitError,
 )
 from ..model._files import require_file
-from ..model._rknnfile import read_rknn
 from ..npu import (
     HostRoot,
     format_cores,
@@ -38,12 +37,17 @@ from ..npu import (
     rknnlite_mask,
 )
 from ..settings._allocation import NpuTarget, find_npu
-from ..settings._env import NpuSettings, load_settings
 from . import _dtcompat
 from ._choice import BACKENDS, LaunchPlan, Layout, choose_contexts
 from ._closing import ClosesOnExit
 from ._cpu import CpuRuntime, as_nhwc_batch
 from ._rknnlite import RknnLiteFactory, RknnLiteLike, capture_runtime_log, load_rknnlite
+
+if TYPE_CHECKING:
+    from ..settings._env import NpuSettings
+
+# Pool worker processes import this module to open their context: the settings and .rknn parsers
+# (pydantic, ~0.3 s) are imported where a plan is made, not here, so workers start without them.
 
 Backend = Literal["auto", "npu", "cpu"]
 
@@ -96,15 +100,18 @@ class Runtime(Protocol):
     ) -> None: ...
 
 
-def make_compatible_visible(settings: NpuSettings, host: HostRoot) -> str | None:
-    """Install the /proc/device-tree/compatible redirect when RKNNLite could not read it otherwise."""
-    if not settings.compatible_file:
+def make_compatible_visible(compatible_file: str | None, host: HostRoot) -> str | None:
+    """Install the /proc/device-tree/compatible redirect when RKNNLite could not read it otherwise.
+
+    ``compatible_file``: the plugin's copy of the node's compatible string (RKNN_NPU_COMPATIBLE_FILE).
+    """
+    if not compatible_file:
         return None
     try:
-        local = host.open_path(settings.compatible_file)
+        local = host.open_path(compatible_file)
     except OSError:
         return None
-    replacement = _dtcompat.replacement_for(settings.compatible_file, local)
+    replacement = _dtcompat.replacement_for(compatible_file, local)
     if replacement is not None:
         _dtcompat.install_redirect(replacement)
     return replacement
@@ -191,6 +198,8 @@ def diagnose(lines: Iterable[str], late_redirect: bool = False) -> str:
 
 
 def _check_model(path: Path, target: NpuTarget) -> None:
+    from ..model._rknnfile import read_rknn
+
     info = read_rknn(path)
     soc = target.info.soc
     if info.target_platforms and not any(models_compatible(p, soc) for p in info.target_platforms):
@@ -288,15 +297,20 @@ def plan(
     return chosen
 
 
-def open_plan(the_plan: LaunchPlan, settings: NpuSettings, rknnlite: RknnLiteFactory | None) -> list[Runtime]:
-    """Open every runtime of ``the_plan``; on failure close the ones already open."""
+def open_plan(
+    the_plan: LaunchPlan, compatible_file: str | None, rknnlite: RknnLiteFactory | None
+) -> list[Runtime]:
+    """Open every runtime of ``the_plan``; on failure close the ones already open.
+
+    ``compatible_file``: `NpuSettings.compatible_file` (the only setting opening needs).
+    """
     if the_plan.backend == "cpu":
         return [CpuRuntime(the_plan.model, the_plan.cpu_reason or "", detail=the_plan.cpu_detail)]
     target = the_plan.target
     assert target is not None
     # Before rknnlite is imported: its compiled modules cache `open` at import time.
     imported_already = "rknnlite.api" in sys.modules and _dtcompat.redirect_target() is None
-    late_redirect = make_compatible_visible(settings, target.host) is not None and imported_already
+    late_redirect = make_compatible_visible(compatible_file, target.host) is not None and imported_already
     factory = rknnlite if rknnlite is not None else load_rknnlite()
     opened: list[Runtime] = []
     try:
@@ -325,6 +339,8 @@ def open(
     environment; ``rknnlite`` makes RKNNLite instances (default: the real rknn-toolkit-lite2).
     Raises a `RknnLaunchError` subclass whose message says what to do.
     """
+    from ..settings._env import load_settings
+
     settings = settings if settings is not None else load_settings()
     the_plan = plan(model, cores, backend, settings)
-    return open_plan(the_plan, settings, rknnlite)[0]
+    return open_plan(the_plan, settings.compatible_file, rknnlite)[0]

@@ -97,9 +97,11 @@ class WorkerGroup:
         gc_every = gc_every if gc_every is not None else _workers.GC_EVERY
         self.workers: ThreadWorkers | ProcessWorkers
         if workers == "process":
-            self.workers = ProcessWorkers(self.plan, settings, rknnlite, task, self.cpus, gc_every)
+            self.workers = ProcessWorkers(
+                self.plan, settings.compatible_file, rknnlite, task, self.cpus, gc_every
+            )
         else:
-            runtimes = open_plan(self.plan, settings, resolve_factory(rknnlite))
+            runtimes = open_plan(self.plan, settings.compatible_file, resolve_factory(rknnlite))
             self.workers = ThreadWorkers(runtimes, task, gc_every)
         self.backend: str = self.plan.backend
         self.cores: frozenset[int] = (

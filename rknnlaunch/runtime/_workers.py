@@ -18,6 +18,7 @@ import ctypes
 import gc
 import importlib
 import itertools
+import math
 import mmap
 import multiprocessing
 import multiprocessing.connection
@@ -39,7 +40,6 @@ import numpy as np
 
 from .._errors import InferenceError, WorkerDiedError
 from ..npu import format_cores
-from ..settings._env import NpuSettings
 from ._choice import LaunchPlan
 from ._open import Runtime, open_plan
 from ._rknnlite import RknnLiteFactory
@@ -200,7 +200,9 @@ class WorkerSpec:
 
     plan: LaunchPlan
     """Exactly one group: the context this worker opens."""
-    settings: NpuSettings
+    compatible_file: str | None
+    """`NpuSettings.compatible_file`: not the settings object, whose pydantic import would double
+    the forkserver's start-up."""
     factory: FactorySpec
     task: FrameTask
     cpus: frozenset[int] | None
@@ -241,13 +243,13 @@ def worker_main(conn: multiprocessing.connection.Connection, spec: WorkerSpec) -
         with contextlib.suppress(OSError):
             os.sched_setaffinity(0, spec.cpus)
     try:
-        runtime = open_plan(spec.plan, spec.settings, resolve_factory(spec.factory))[0]
+        runtime = open_plan(spec.plan, spec.compatible_file, resolve_factory(spec.factory))[0]
     except BaseException as exc:
         with contextlib.suppress(OSError):
             conn.send(("failed", _picklable(exc)))
         return
     inputs: dict[int, SharedMemory] = {}
-    outputs: dict[int, SharedMemory] = {}
+    outputs = _OutputSlots()
     counter = _Counter(spec.gc_every)
     try:
         run = spec.task.bind(runtime)
@@ -273,7 +275,7 @@ def worker_main(conn: multiprocessing.connection.Connection, spec: WorkerSpec) -
             except BaseException as exc:
                 reply: tuple[Any, ...] = ("done", job_id, "error", _picklable(exc))
             else:
-                reply = ("done", job_id, *_pack(result, out_slot, outputs))
+                reply = ("done", job_id, *outputs.pack(result, out_slot))
             del frame
             conn.send(reply)
             del reply
@@ -282,30 +284,63 @@ def worker_main(conn: multiprocessing.connection.Connection, spec: WorkerSpec) -
         return
     finally:
         runtime.close()
-        for shm in itertools.chain(inputs.values(), outputs.values()):
+        outputs.close()
+        for shm in inputs.values():
             with contextlib.suppress(BufferError, OSError):
                 shm.close()
 
 
-def _pack(result: Any, slot: int, outputs: dict[int, SharedMemory]) -> tuple[str, Any]:
-    """Arrays go into the output slot (one copy); anything else is pickled with the reply."""
-    if not (isinstance(result, list) and result and all(isinstance(a, np.ndarray) for a in result)):
-        return "object", result
-    specs = []
-    offset = 0
-    for array in result:
-        specs.append((offset, array.shape, array.dtype.str))
-        offset += -(-array.nbytes // _ALIGN) * _ALIGN
-    shm = outputs.get(slot)
-    name = None
-    if shm is None or shm.size < offset:
-        if shm is not None:
-            shm.close()  # the parent unlinks the old block when it learns the new name
-        shm = outputs[slot] = SharedMemory(create=True, size=max(offset, 1))
-        name = shm.name
-    for (start, shape, dtype), array in zip(specs, result, strict=True):
-        np.ndarray(shape, np.dtype(dtype), buffer=shm.buf, offset=start)[...] = array
-    return "arrays", (slot, name, specs)
+OutputSpec = tuple[int, tuple[int, ...], str]
+"""Where one output array lies in an output block: (byte offset, shape, dtype string)."""
+
+
+class _OutputSlots:
+    """A worker's output blocks, one per slot, and the arrays its last layout wrote through.
+
+    A model returns the same shapes every frame, so a slot's destination arrays and its layout
+    are made once: the reply carries the layout only when it changed (None otherwise).
+    """
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, SharedMemory] = {}
+        self._layouts: dict[int, tuple[list[OutputSpec], list[np.ndarray[Any, Any]]]] = {}
+
+    def pack(self, result: Any, slot: int) -> tuple[str, Any]:
+        """Arrays go into the output slot (one copy); anything else is pickled with the reply."""
+        if not (isinstance(result, list) and result and all(isinstance(a, np.ndarray) for a in result)):
+            return "object", result
+        specs: list[OutputSpec] = []
+        offset = 0
+        for array in result:
+            specs.append((offset, array.shape, array.dtype.str))
+            offset += -(-array.nbytes // _ALIGN) * _ALIGN
+        shm = self._blocks.get(slot)
+        name = None
+        if shm is None or shm.size < offset:
+            self._layouts.pop(slot, None)  # its arrays view the old block
+            if shm is not None:
+                shm.close()  # the parent unlinks the old block when it learns the new name
+            shm = self._blocks[slot] = SharedMemory(create=True, size=max(offset, 1))
+            name = shm.name
+        known = self._layouts.get(slot)
+        if known is None or known[0] != specs:
+            destinations = [
+                np.ndarray(shape, np.dtype(dtype), buffer=shm.buf, offset=start)
+                for start, shape, dtype in specs
+            ]
+            known = self._layouts[slot] = (specs, destinations)
+            changed: list[OutputSpec] | None = specs
+        else:
+            changed = None
+        for destination, array in zip(known[1], result, strict=True):
+            destination[...] = array
+        return "arrays", (slot, name, changed)
+
+    def close(self) -> None:
+        self._layouts.clear()  # arrays first: they view the blocks
+        for shm in self._blocks.values():
+            with contextlib.suppress(BufferError, OSError):
+                shm.close()
 
 
 def start_forkserver() -> None:
@@ -378,6 +413,8 @@ class _Proc:
     free_out: deque[int] = field(default_factory=deque)
     out_blocks: dict[int, _OutputBlock] = field(default_factory=dict)
     out_count: int = 0
+    out_layouts: dict[int, list[_ArraySlice]] = field(default_factory=dict)
+    """Per output slot, where its arrays lie (the worker sends a layout only when it changes)."""
     lent: list[tuple[weakref.ref[np.ndarray[Any, Any]], int]] = field(default_factory=list)
     """Output slots whose arrays a caller may still hold: (the arrays' common base, slot)."""
     reader: threading.Thread | None = None
@@ -397,7 +434,7 @@ class ProcessWorkers:
     def __init__(
         self,
         plan: LaunchPlan,
-        settings: NpuSettings,
+        compatible_file: str | None,
         factory: FactorySpec,
         task: FrameTask,
         cpus: frozenset[int] | None = None,
@@ -405,7 +442,7 @@ class ProcessWorkers:
         start_method: str = "forkserver",
     ) -> None:
         self._plan = plan
-        self._settings = settings
+        self._compatible_file = compatible_file
         self._factory = factory
         self._task = task
         self._cpus = cpus
@@ -452,7 +489,7 @@ class ProcessWorkers:
 
     def _start(self, proc: _Proc) -> None:
         plan = self._plan if self._plan.backend == "cpu" else replace(self._plan, groups=(proc.cores,))
-        spec = WorkerSpec(plan, self._settings, self._factory, self._task, self._cpus, self._gc_every)
+        spec = WorkerSpec(plan, self._compatible_file, self._factory, self._task, self._cpus, self._gc_every)
         parent_end, child_end = self._context.Pipe()
         process = self._context.Process(
             target=worker_main, args=(child_end, spec), name=f"rknnlaunch-worker-{proc.index}", daemon=True
@@ -497,9 +534,11 @@ class ProcessWorkers:
                     if old is not None:
                         old.unlink()
                     proc.out_blocks[slot] = _OutputBlock.open(name)
+                if specs is not None:
+                    proc.out_layouts[slot] = [_ArraySlice.of(spec) for spec in specs]
                 proc.reclaim()
                 copy = len(proc.lent) >= VIEW_SLOTS
-                base, arrays = _views(proc.out_blocks[slot].memory, specs)
+                base, arrays = _views(proc.out_blocks[slot].memory, proc.out_layouts[slot])
                 if not copy:
                     proc.lent.append((weakref.ref(base), slot))
                 del base
@@ -719,16 +758,27 @@ class ProcessWorkers:
         shm.close()
 
 
+@dataclass(frozen=True)
+class _ArraySlice:
+    """One output array's bytes in its block, resolved once per layout."""
+
+    start: int
+    end: int
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+
+    @classmethod
+    def of(cls, spec: OutputSpec) -> _ArraySlice:
+        start, shape, dtype = spec
+        resolved = np.dtype(dtype)
+        return cls(start, start + math.prod(shape) * resolved.itemsize, resolved, tuple(shape))
+
+
 def _views(
-    memory: mmap.mmap, specs: list[tuple[int, tuple[int, ...], str]]
+    memory: mmap.mmap, layout: list[_ArraySlice]
 ) -> tuple[np.ndarray[Any, Any], list[np.ndarray[Any, Any]]]:
     """Arrays viewing an output block, and their common base: the slot is free again once the
     base is garbage (every array keeps it, and it keeps the mapping)."""
     base: np.ndarray[Any, Any] = np.frombuffer(memory, np.uint8)
-    views = [
-        base[start : start + int(np.prod(shape)) * np.dtype(dtype).itemsize]
-        .view(np.dtype(dtype))
-        .reshape(shape)
-        for start, shape, dtype in specs
-    ]
+    views = [base[part.start : part.end].view(part.dtype).reshape(part.shape) for part in layout]
     return base, views

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .._errors import MaskError, SettingsError
 from ..npu import (
@@ -25,7 +26,9 @@ from ..npu import (
     parse_core_list,
     parse_mask,
 )
-from ._env import NpuSettings
+
+if TYPE_CHECKING:  # pool worker processes unpickle an NpuTarget: no pydantic on their start-up
+    from ._env import NpuSettings
 
 
 @dataclass(frozen=True)

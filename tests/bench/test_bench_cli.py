@@ -119,7 +119,7 @@ def test_npu_bench_discovers_and_checks_once_for_all_cases(
     """Every case opens from the one plan: no re-discovery or model re-read per core set."""
     from rknnlaunch.runtime import _open as _runtime
 
-    calls = {"find_npu": 0, "read_rknn": 0}
+    calls = {"find_npu": 0, "check_model": 0}
 
     def counting(name: str, real: Callable[..., object]) -> Callable[..., object]:
         def wrapper(*args: object, **kwargs: object) -> object:
@@ -129,11 +129,11 @@ def test_npu_bench_discovers_and_checks_once_for_all_cases(
         return wrapper
 
     monkeypatch.setattr(_runtime, "find_npu", counting("find_npu", _runtime.find_npu))
-    monkeypatch.setattr(_runtime, "read_rknn", counting("read_rknn", _runtime.read_rknn))
+    monkeypatch.setattr(_runtime, "_check_model", counting("check_model", _runtime._check_model))
     host, model = rk3588
     code, text = run_npu(host, model, "-n", "1", "--warmup", "0")
     assert code == 0, text
-    assert calls == {"find_npu": 1, "read_rknn": 1}
+    assert calls == {"find_npu": 1, "check_model": 1}
 
 
 def test_npu_bench_stays_within_the_pods_allocation(rk3588: tuple[HostRoot, Path], tmp_path: Path) -> None:

@@ -409,7 +409,8 @@ def test_stop_closes_the_port_and_leaves_no_thread(rk3588: tuple[HostRoot, NpuIn
     assert named(found, "rknpu_pod_resources_up") == {(): 0.0}
     stop()
     stop()  # idempotent
-    assert set(threading.enumerate()) <= before
+    left = set(threading.enumerate()) - before
+    assert not left, [thread.name for thread in left]
     with pytest.raises(urllib.error.URLError):
         get(url)
 

@@ -135,6 +135,9 @@ class _MetricsHTTPServer(WSGIServer):
         with self._clients_lock:
             peer = client_address[0] if isinstance(client_address, tuple) else str(client_address)
             self._clients[request] = (time.monotonic() + REQUEST_DEADLINE_SECONDS, str(peer))
+            # A thread stays listed until it has ended (not merely finished its request): stop()
+            # joins the listed ones, and one still unwinding would outlive stop().
+            self._client_threads = {t for t in self._client_threads if t.is_alive()}
             self._client_threads.add(thread)
         thread.start()
 
@@ -146,7 +149,6 @@ class _MetricsHTTPServer(WSGIServer):
         finally:
             with self._clients_lock:
                 self._clients.pop(request, None)
-                self._client_threads.discard(threading.current_thread())
             self.shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
