@@ -292,6 +292,9 @@ class Detector(ClosesOnExit):
         """Finish queued frames, stop the workers and release every context (idempotent)."""
         self._workers.close()
 
+    def _close_interrupted(self) -> None:
+        self._workers.close(wait=False)
+
     def __repr__(self) -> str:
         return f"<Detector {self.label!r}>"
 

@@ -20,4 +20,12 @@ class ClosesOnExit:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            self._close_interrupted()
+        else:
+            self.close()
+
+    def _close_interrupted(self) -> None:
+        """Leaving ``with`` on Ctrl-C: the user wants out, so pools do not run queued frames first,
+        and do not wait forever on a thread the interrupt left blocked (docs/sdk.md#ctrl-c)."""
         self.close()

@@ -229,5 +229,8 @@ class Pool(ClosesOnExit):
         """Finish queued frames, stop the workers and release every runtime (idempotent)."""
         self._workers.close()
 
+    def _close_interrupted(self) -> None:
+        self._workers.close(wait=False)
+
     def __repr__(self) -> str:
         return f"<Pool {self.label!r}>"

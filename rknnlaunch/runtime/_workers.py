@@ -54,6 +54,9 @@ they started with (`gc.freeze`), so their collections only walk what the loop al
 DEPTH = 2
 """Frames handed to one process worker at a time: one running, one waiting, so it never idles."""
 MAX_RESTARTS = 3
+STOP_WAIT_S = 10.0
+"""How long closing after a Ctrl-C waits for a worker thread (or a process's reader thread): one
+blocked on a lock the interrupted main thread left held (docs/sdk.md#ctrl-c) never ends."""
 """Replacements of one worker (a core) before the pool stops replacing it."""
 VIEW_SLOTS = 8
 """Output slots per worker whose arrays callers may hold as views; beyond that, results are copied
@@ -97,6 +100,25 @@ def resolve_factory(spec: FactorySpec) -> RknnLiteFactory | None:
         ) from None
     factory: RknnLiteFactory = target
     return factory
+
+
+SHM_FULL_FIX = (
+    "SIGBUS from a shared-memory write: /dev/shm is full (containers get 64 MB by default; each "
+    "worker holds 2 frames in and, for raw outputs, up to 10 sets of output arrays): mount a larger "
+    "/dev/shm (Kubernetes: an emptyDir with medium: Memory at /dev/shm, docs/sdk.md#shared-memory), "
+    "or use workers='thread'"
+)
+
+
+def describe_exit(code: int | None) -> str:
+    """How a worker process ended, from its exit code (negative: the signal that killed it)."""
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with code {code}"
 
 
 def _describe(cores: frozenset[int]) -> str:
@@ -178,17 +200,33 @@ class ThreadWorkers:
             self._jobs.put((frame, future))
         return future
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Run every queued frame (``wait``; else fail them), stop the threads, close the runtimes."""
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
+            if not wait:
+                _fail_queued(
+                    self._jobs, InferenceError("the pool was interrupted before the frame ran", None)
+                )
             for _ in self._threads:
                 self._jobs.put(None)
         for thread in self._threads:
-            thread.join()
-        for runtime in self.runtimes:
-            runtime.close()
+            thread.join(None if wait else STOP_WAIT_S)
+        for runtime, thread in zip(self.runtimes, self._threads, strict=True):
+            if not thread.is_alive():  # a thread still running may be inside its runtime
+                runtime.close()
+
+
+def _fail_queued(jobs: queue.SimpleQueue[_ThreadJob | None], error: BaseException) -> None:
+    while True:
+        try:
+            job = jobs.get_nowait()
+        except queue.Empty:
+            return
+        if job is not None and job[1].set_running_or_notify_cancel():
+            job[1].set_exception(error)
 
 
 # --- processes ------------------------------------------------------------------------------------
@@ -560,7 +598,7 @@ class ProcessWorkers:
         process = proc.process
         process.join()
         code = process.exitcode
-        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
+        how = describe_exit(code)
         replacement: _Proc | None = None
         with self._lock:
             was = proc.state
@@ -577,7 +615,9 @@ class ProcessWorkers:
             self._changed.notify_all()
         where = _describe(proc.cores)
         what = f"the pool worker for {where} (pid {proc.pid}) {how} while running this frame"
-        if replacement is not None:
+        if code == -signal.SIGBUS:
+            fix = SHM_FULL_FIX
+        elif replacement is not None:
             fix = "the pool started a replacement; resubmit the frame"
         elif was == "ready" and not self._closed:
             fix = (
@@ -600,9 +640,12 @@ class ProcessWorkers:
             if was == "starting" and proc.error is None:
                 proc.error = InferenceError(
                     f"the worker for {where} (pid {proc.pid}) {how} while opening its runtime",
-                    "if the program starts the pool as its main module is imported, move that under "
-                    '`if __name__ == "__main__":` (each worker imports the main module); otherwise run '
-                    "`rknnlaunch doctor`; workers='thread' shows the runtime's log in this process",
+                    SHM_FULL_FIX
+                    if code == -signal.SIGBUS
+                    else "if the program starts the pool as its main module is imported, move that "
+                    'under `if __name__ == "__main__":` (each worker imports the main module); '
+                    "otherwise run `rknnlaunch doctor`; workers='thread' shows the runtime's log in "
+                    "this process",
                 )
             self._fail_backlog_if_nobody_left()
 
@@ -675,13 +718,14 @@ class ProcessWorkers:
                 self._backlog.append(job)
         return future
 
-    def close(self) -> None:
-        """Finish every submitted frame, stop the workers, release their contexts and the memory."""
+    def close(self, wait: bool = True) -> None:
+        """Finish every submitted frame (``wait``; else fail the queued ones and let only the running
+        ones end), stop the workers, release their contexts and the memory."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        self._shutdown(graceful=True)
+        self._shutdown(graceful=wait)
 
     def _shutdown(self, graceful: bool) -> None:
         self._closed = True
@@ -746,7 +790,8 @@ class ProcessWorkers:
             process.kill()
             process.join()
         if proc.reader is not None and proc.reader is not threading.current_thread():
-            proc.reader.join()
+            # Ends at the pipe's EOF, unless stuck on a lock a Ctrl-C left held (docs/sdk.md#ctrl-c).
+            proc.reader.join(STOP_WAIT_S)
         with contextlib.suppress(OSError):
             proc.conn.close()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 from bench_fakes import FakeRuntime
@@ -134,8 +136,15 @@ def test_ctrl_c_during_a_pool_run_stops_the_workers_before_closing_the_runtimes(
     case = _bench.pool_case(frozenset({0, 1, 2}), threads=3)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(FakeRuntime, "infer", infer)
-        with pytest.raises(KeyboardInterrupt):
-            _bench.run_pool(case, opener, IMAGE, pipeline, 1, 100_000, progress)
+        # A Python-level gc callback (hypothesis installs one in this process) would swallow the
+        # KeyboardInterrupt if it happened to run when the signal is handled (docs/sdk.md#ctrl-c).
+        callbacks = gc.callbacks[:]
+        gc.callbacks.clear()  # in place: the collector keeps its own reference to the list
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                _bench.run_pool(case, opener, IMAGE, pipeline, 1, 100_000, progress)
+        finally:
+            gc.callbacks[:] = callbacks
     # Every worker has stopped. (Not active_count(): a join interrupted by KeyboardInterrupt can
     # leave a finished thread listed for a moment after it stopped; CPython's own race.)
     assert not [t for t in threading.enumerate() if t.name.startswith("bench-") and t.is_alive()]

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -24,6 +25,7 @@ import rknnlaunch
 from rknnlaunch import InferenceError, Pool, UsageError, WorkerDiedError
 from rknnlaunch.npu import HostRoot
 from rknnlaunch.runtime._affinity import big_cpus, cpu_ratings, find_big_cpus
+from rknnlaunch.runtime._workers import describe_exit
 from rknnlaunch.settings._env import load_settings
 
 HostFactory = Callable[[str], HostRoot]
@@ -114,7 +116,7 @@ def test_a_dying_worker_fails_only_its_frames_and_is_replaced(setup: tuple[Path,
         died = [o for o in outcomes if isinstance(o, WorkerDiedError)]
         assert 1 <= len(died) <= 2  # the crashing frame, and at most the one queued behind it
         assert all(
-            "started a replacement" in str(e) and e.cores and "killed by signal 9" in str(e) for e in died
+            "started a replacement" in str(e) and e.cores and "killed by SIGKILL" in str(e) for e in died
         )
         assert "NPU core" in str(died[0]) and str(died[0].cores[0]) in str(died[0])
         assert sum(isinstance(o, int) for o in outcomes) == len(futures) - len(died)
@@ -122,6 +124,21 @@ def test_a_dying_worker_fails_only_its_frames_and_is_replaced(setup: tuple[Path,
         after = set(pool._workers.pids)  # type: ignore[union-attr]
         assert len(after) == 3 and len(after - before) == 1
     assert released(sim) == 3  # the killed worker never released; its replacement and the others did
+
+
+def test_a_worker_killed_by_sigbus_is_told_to_enlarge_dev_shm(setup: tuple[Path, Any, SimulatedNpu]) -> None:
+    """A full /dev/shm (64 MB in a container) kills the writing worker with SIGBUS: say so."""
+    assert describe_exit(-signal.SIGBUS) == "was killed by SIGBUS"
+    assert describe_exit(-99) == "was killed by signal 99" and describe_exit(3) == "exited with code 3"
+    model, settings, sim = setup
+    slow = SimulatedNpu(sim.lock_dir, single_core_ms=5000.0)
+    with Pool(model, [0], settings=settings, rknnlite=slow, workers="process") as pool:
+        (pid,) = pool._workers.pids  # type: ignore[union-attr]
+        future = pool.submit(frame(1))
+        os.kill(pid, signal.SIGBUS)
+        error = future.exception(timeout=60)
+        assert isinstance(error, WorkerDiedError) and error.cores == (0,)
+        assert "killed by SIGBUS" in str(error) and "/dev/shm" in str(error) and "emptyDir" in str(error)
 
 
 def test_cpu_affinity_pins_workers_to_the_cpus_found(setup: tuple[Path, Any, SimulatedNpu]) -> None:
@@ -139,7 +156,8 @@ def test_cpu_affinity_pins_workers_to_the_cpus_found(setup: tuple[Path, Any, Sim
 
 
 SCRIPT = """
-import signal, sys, time
+import faulthandler, signal, sys, time
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's stack dump if it hangs
 sys.path[:0] = {paths!r}
 import numpy as np
 from rknnlite_fake import SimulatedNpu
@@ -177,7 +195,10 @@ def test_no_worker_outlives_its_program(setup: tuple[Path, Any, SimulatedNpu], s
     paths = [p for p in sys.path if p]
     code = SCRIPT.format(paths=paths, locks=sim.lock_dir, root=str(settings.root), model=str(model))
     program = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert program.stdout is not None
     pids = [int(pid) for pid in program.stdout.readline().split()]
@@ -185,7 +206,13 @@ def test_no_worker_outlives_its_program(setup: tuple[Path, Any, SimulatedNpu], s
     watches = [os.pidfd_open(pid) for pid in pids]
     try:
         program.send_signal(signum)
-        program.wait(timeout=60)
+        try:
+            program.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            program.send_signal(signal.SIGUSR1)  # every thread's stack, then end it
+            time.sleep(1)
+            program.kill()
+            pytest.fail(f"the program did not exit; its threads:\n{program.communicate()[1][-6000:]}")
         for watch in watches:  # each becomes readable when that worker has exited
             assert select.select([watch], [], [], 60)[0] == [watch]
     finally:
@@ -230,6 +257,23 @@ def test_a_ctrl_c_can_neither_leave_the_pool_lock_held_nor_be_swallowed(
         assert ran == []
         assert value_of(pool.infer(frame(7))) == 7  # the slots freed by the drop are reused
     assert entered == []
+
+
+@pytest.mark.parametrize("workers", ["thread", "process"])
+def test_leaving_with_on_ctrl_c_fails_queued_frames_instead_of_running_them(
+    setup: tuple[Path, Any, SimulatedNpu], workers: str
+) -> None:
+    model, settings, sim = setup
+    slow = SimulatedNpu(sim.lock_dir, single_core_ms=200.0)
+    futures: list[Future[Any]] = []
+    pool = Pool(model, [0], settings=settings, rknnlite=slow, workers=workers)  # type: ignore[arg-type]
+    with pytest.raises(KeyboardInterrupt), pool:
+        futures = [pool.submit(frame(i)) for i in range(8)]
+        raise KeyboardInterrupt
+    outcomes = [f.exception(timeout=60) for f in futures]
+    assert outcomes[0] is None  # running when the interrupt came: it ends
+    assert any(isinstance(e, InferenceError) for e in outcomes)  # queued: failed, never run
+    assert released(slow) == 1
 
 
 def test_ctrl_c_during_a_send_does_not_hang_close(setup: tuple[Path, Any, SimulatedNpu]) -> None:
