@@ -54,10 +54,10 @@ they started with (`gc.freeze`), so their collections only walk what the loop al
 DEPTH = 2
 """Frames handed to one process worker at a time: one running, one waiting, so it never idles."""
 MAX_RESTARTS = 3
+"""Replacements of one worker (a core) before the pool stops replacing it."""
 STOP_WAIT_S = 10.0
 """How long closing after a Ctrl-C waits for a worker thread (or a process's reader thread): one
 blocked on a lock the interrupted main thread left held (docs/sdk.md#ctrl-c) never ends."""
-"""Replacements of one worker (a core) before the pool stops replacing it."""
 VIEW_SLOTS = 8
 """Output slots per worker whose arrays callers may hold as views; beyond that, results are copied
 out and the slot reused at once (a caller keeping every result must not pin unbounded memory)."""
