@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gc
-
 import numpy as np
 import pytest
 from bench_fakes import FakeRuntime
@@ -136,15 +134,14 @@ def test_ctrl_c_during_a_pool_run_stops_the_workers_before_closing_the_runtimes(
     case = _bench.pool_case(frozenset({0, 1, 2}), threads=3)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(FakeRuntime, "infer", infer)
-        # A Python-level gc callback (hypothesis installs one in this process) would swallow the
-        # KeyboardInterrupt if it happened to run when the signal is handled (docs/sdk.md#ctrl-c).
-        callbacks = gc.callbacks[:]
-        gc.callbacks.clear()  # in place: the collector keeps its own reference to the list
+        # Ctrl-C must mean KeyboardInterrupt here even when a launcher left SIGINT ignored (a shell
+        # starting a background job does, and Python then keeps it ignored).
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             with pytest.raises(KeyboardInterrupt):
                 _bench.run_pool(case, opener, IMAGE, pipeline, 1, 100_000, progress)
         finally:
-            gc.callbacks[:] = callbacks
+            signal.signal(signal.SIGINT, previous)
     # Every worker has stopped. (Not active_count(): a join interrupted by KeyboardInterrupt can
     # leave a finished thread listed for a moment after it stopped; CPython's own race.)
     assert not [t for t in threading.enumerate() if t.name.startswith("bench-") and t.is_alive()]

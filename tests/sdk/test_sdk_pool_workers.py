@@ -158,6 +158,8 @@ def test_cpu_affinity_pins_workers_to_the_cpus_found(setup: tuple[Path, Any, Sim
 SCRIPT = """
 import faulthandler, signal, sys, time
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's stack dump if it hangs
+# Ctrl-C is KeyboardInterrupt even if the launcher left SIGINT ignored (a shell's background job).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path[:0] = {paths!r}
 import numpy as np
 from rknnlite_fake import SimulatedNpu
