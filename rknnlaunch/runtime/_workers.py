@@ -362,7 +362,7 @@ class _OutputSlots:
             name = shm.name
         known = self._layouts.get(slot)
         if known is None or known[0] != specs:
-            destinations = [
+            destinations: list[np.ndarray[Any, Any]] = [
                 np.ndarray(shape, np.dtype(dtype), buffer=shm.buf, offset=start)
                 for start, shape, dtype in specs
             ]
