@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TextIO, TypeVar, get_args
 
@@ -92,6 +93,15 @@ def check_soc_name(value: str | None) -> str | None:
 
 
 # --- argparse and settings ----------------------------------------------------------------------
+
+
+def check_output_folder(path: str | os.PathLike[str] | None, flag: str) -> None:
+    """Refuse a report path whose folder does not exist up front, not after minutes of work."""
+    if path is not None and not Path(path).resolve().parent.is_dir():
+        raise UsageError(
+            f"{flag} {path}: the folder {Path(path).parent} does not exist",
+            f"create it or pick another {flag}",
+        )
 
 
 class UsageParser(argparse.ArgumentParser):

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
+from .._entry import check_output_folder
 from .._errors import UsageError
 from .._version import __version__
 from ..bench import _engine as _bench
@@ -414,12 +415,8 @@ def _heading(setup: _Setup, npu: dict[str, Any] | None, versions: dict[str, Any]
 
 def _check_outputs(json_path: str | None, plot_path: str | None) -> None:
     """Refuse unwritable report paths up front, not after minutes of benchmarking."""
-    for flag, path in (("--json", json_path), ("--plot", plot_path)):
-        if path is not None and not Path(path).resolve().parent.is_dir():
-            raise UsageError(
-                f"{flag} {path}: folder {Path(path).parent} does not exist",
-                "pass a path in an existing folder",
-            )
+    check_output_folder(json_path, "--json")
+    check_output_folder(plot_path, "--plot")
     if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
         raise UsageError(
             f"--plot {plot_path} needs matplotlib, which is not installed",

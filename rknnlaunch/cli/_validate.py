@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from .._entry import check_output_folder
 from .._errors import DiscoveryError, MaskError, ModelError, UsageError
 from ..model._rknnfile import read_rknn
 from ..runtime._rknnlite import RknnLiteFactory
@@ -43,13 +44,6 @@ def run(args: argparse.Namespace) -> int:
     return execute(args, load_settings())
 
 
-def _check_output_path(path: Path | None, option: str) -> None:
-    if path is not None and not path.parent.is_dir():
-        raise UsageError(
-            f"{option} {path}: the folder {path.parent} does not exist", f"create it or pick another {option}"
-        )
-
-
 def execute(
     args: argparse.Namespace,
     settings: NpuSettings,
@@ -70,8 +64,8 @@ def execute(
             f"{args.model} is the ONNX; validate compares an .rknn against it",
             "pass MODEL.rknn first and the ONNX as --reference",
         )
-    _check_output_path(args.json, "--json")
-    _check_output_path(args.plot, "--plot")
+    check_output_folder(args.json, "--json")
+    check_output_folder(args.plot, "--plot")
     images = image_files(args.images, "--images")
     info = read_rknn(args.model)
     facts = info.facts
