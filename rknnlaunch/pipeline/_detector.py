@@ -24,9 +24,8 @@ import numpy as np
 from .._errors import UsageError
 from ..model._metadata import class_names, resolve_model
 from ..runtime._choice import LaunchPlan
-from ..runtime._closing import ClosesOnExit
 from ..runtime._open import Runtime
-from ..runtime._pool import CpuAffinity, WorkerGroup, WorkerKind
+from ..runtime._pool import CpuAffinity, WorkerFront, WorkerGroup, WorkerKind
 from ..runtime._workers import DEPTH, FactorySpec
 from ..settings._env import NpuSettings
 from ..yolo._decode import class_count
@@ -127,7 +126,7 @@ def check_image(frame: Any) -> np.ndarray[Any, Any]:
     return array
 
 
-class Detector(ClosesOnExit):
+class Detector(WorkerFront):
     """YOLO detection on every allocated NPU core: ``detector(frame) -> Detections``.
 
     ``detect(frame)`` returns a `DetectResult` (detections, per-stage timings, the context);
@@ -174,7 +173,7 @@ class Detector(ClosesOnExit):
                 ModelPipeline.for_model(plan.model, pad, conf, iou, task=task, layout=layout, masks=masks)
             )
 
-        self._group = WorkerGroup(
+        group = WorkerGroup(
             path,
             cores,
             backend,
@@ -188,22 +187,13 @@ class Detector(ClosesOnExit):
             layout="one" if one_context else "per-core",
             launch_plan=launch_plan,
         )
-        detect_task = self._group.task
+        self._adopt(group)
+        detect_task = group.task
         assert isinstance(detect_task, DetectTask)
         self.pipeline: ModelPipeline = detect_task.pipeline
         self.class_names: list[str] | None = class_names(self.pipeline.metadata)
-        self._workers = self._group.workers
-        self.backend = self._group.backend
-        self.cores = self._group.cores
-        self.label = self._group.label
-        self.labels: tuple[str, ...] = self._workers.labels
         self._count = 0
         self._count_lock = threading.Lock()
-
-    @property
-    def size(self) -> int:
-        """Number of contexts (and workers)."""
-        return self._workers.size
 
     def submit(self, frame: Any, index: int | None = None, dropped: int = 0) -> Future[DetectResult]:
         """Queue one BGR frame; the Future resolves to its `DetectResult`."""
@@ -287,13 +277,6 @@ class Detector(ClosesOnExit):
                 yield pending.popleft().result()
         finally:
             source.stop()
-
-    def close(self) -> None:
-        """Finish queued frames, stop the workers and release every context (idempotent)."""
-        self._workers.close()
-
-    def _close_interrupted(self) -> None:
-        self._workers.close(wait=False)
 
     def __repr__(self) -> str:
         return f"<Detector {self.label!r}>"

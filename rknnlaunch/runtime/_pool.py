@@ -149,7 +149,32 @@ def _infer_task(_plan: LaunchPlan) -> FrameTask:
     return InferTask()
 
 
-class Pool(ClosesOnExit):
+class WorkerFront(ClosesOnExit):
+    """What `Pool` and `Detector` share: the started `WorkerGroup`, its description, closing."""
+
+    def _adopt(self, group: WorkerGroup) -> None:
+        self._group = group
+        self._workers = group.workers
+        self.backend = group.backend
+        self.cores = group.cores
+        self.label = group.label
+        self.labels: tuple[str, ...] = self._workers.labels
+        """One label per context (``NPU rk3588 core 0 (mask 1)``)."""
+
+    @property
+    def size(self) -> int:
+        """Number of contexts (and workers)."""
+        return self._workers.size
+
+    def close(self) -> None:
+        """Finish queued frames, stop the workers and release every context (idempotent)."""
+        self._workers.close()
+
+    def _close_interrupted(self) -> None:
+        self._workers.close(wait=False)
+
+
+class Pool(WorkerFront):
     """One runtime per allocated NPU core (``contexts_per_core`` per core), fed by worker threads
     (default) or processes (``workers="process"``).
 
@@ -183,22 +208,21 @@ class Pool(ClosesOnExit):
         workers: WorkerKind = "thread",
         cpu_affinity: CpuAffinity = None,
     ) -> None:
-        self._group = WorkerGroup(
-            model, cores, backend, settings, rknnlite, contexts_per_core, workers, cpu_affinity, _infer_task
+        self._adopt(
+            WorkerGroup(
+                model,
+                cores,
+                backend,
+                settings,
+                rknnlite,
+                contexts_per_core,
+                workers,
+                cpu_affinity,
+                _infer_task,
+            )
         )
-        self._workers = self._group.workers
         self._expected = self._group.input_shape()
-        self.backend = self._group.backend
-        self.cores = self._group.cores
-        self.label = self._group.label
-        self.labels: tuple[str, ...] = self._workers.labels
-        """One label per context (``NPU rk3588 core 0 (mask 1)``)."""
         self.workers: str = self._workers.kind
-
-    @property
-    def size(self) -> int:
-        """Number of contexts (and workers)."""
-        return self._workers.size
 
     def submit(self, x: Any) -> Future[list[np.ndarray[Any, Any]]]:
         """Queue one frame; the Future resolves to the model's raw outputs."""
@@ -224,13 +248,6 @@ class Pool(ClosesOnExit):
         finally:
             for future in pending:
                 future.cancel()
-
-    def close(self) -> None:
-        """Finish queued frames, stop the workers and release every runtime (idempotent)."""
-        self._workers.close()
-
-    def _close_interrupted(self) -> None:
-        self._workers.close(wait=False)
 
     def __repr__(self) -> str:
         return f"<Pool {self.label!r}>"
