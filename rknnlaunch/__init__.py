@@ -2,9 +2,10 @@
 
 Importing this package loads only the exception tree: pydantic (settings), numpy (runtimes, YOLO)
 and grpcio/OpenCV/onnxruntime load on first use, so `rknnlaunch run` (every container's ENTRYPOINT)
-and the device plugin start fast and small. What the device plugin and exporter use of the SDK
-(its public names, `rknnlaunch.npu`, `rknnlaunch.model.read_rknn`) is the `sdk-api` contract
-in pyproject.toml (`lint-imports`).
+and the device plugin start fast and small. The device plugin and exporter use the SDK through its
+packages' public names only (this package's errors and `run_main`, `rknnlaunch.npu`,
+`rknnlaunch.model.read_rknn` for the probe, `rknnlaunch.load_settings` in the probe's child);
+the contracts in pyproject.toml (`lint-imports`) hold them to that.
 """
 
 import importlib
@@ -29,24 +30,22 @@ from ._version import __version__
 
 if TYPE_CHECKING:
     from ._entry import UsageParser, describe_os_error, exit_code_for, run_main
-    from .pipeline._detector import Detector, DetectResult, StageTimings
-    from .runtime._open import Runtime, open
-    from .runtime._pool import Pool
-    from .runtime._rknnlite import RknnLiteFactory, RknnLiteLike
-    from .settings._env import NpuSettings, load_settings
+    from .pipeline import Detector, DetectResult, StageTimings
+    from .runtime import Pool, RknnLiteFactory, RknnLiteLike, Runtime, open
+    from .settings import NpuSettings, load_settings
 
-# name -> module that defines it, imported on first attribute access.
+# name -> the layer that offers it (its package), imported on first attribute access.
 _LAZY = {
-    "DetectResult": ".pipeline._detector",
-    "Detector": ".pipeline._detector",
-    "NpuSettings": ".settings._env",
-    "load_settings": ".settings._env",
-    "Pool": ".runtime._pool",
-    "Runtime": ".runtime._open",
-    "StageTimings": ".pipeline._detector",
-    "open": ".runtime._open",
-    "RknnLiteLike": ".runtime._rknnlite",
-    "RknnLiteFactory": ".runtime._rknnlite",
+    "DetectResult": ".pipeline",
+    "Detector": ".pipeline",
+    "NpuSettings": ".settings",
+    "load_settings": ".settings",
+    "Pool": ".runtime",
+    "Runtime": ".runtime",
+    "StageTimings": ".pipeline",
+    "open": ".runtime",
+    "RknnLiteLike": ".runtime",
+    "RknnLiteFactory": ".runtime",
     # the exit-code table every command's main() ends through (servers too, via rknpu_serverkit)
     "UsageParser": "._entry",
     "describe_os_error": "._entry",

@@ -1,4 +1,4 @@
-"""Pins the install split: the SDK imports without grpcio, the plugin without OpenCV/onnxruntime."""
+"""Pins the install split: the SDK imports without grpcio, the plugin without numpy/OpenCV/onnxruntime."""
 
 from __future__ import annotations
 
@@ -27,6 +27,12 @@ def _import_with_blocked(module: str, blocked: list[str]) -> subprocess.Complete
         # What the forkserver preloads for pool worker processes: pydantic would double its start-up.
         ("rknnlaunch.runtime._workers", ["pydantic", "pydantic_settings", "cv2", "onnxruntime", "grpc"]),
         ("rknpu_device_plugin", ["cv2", "onnxruntime", "matplotlib", "rknnlite"]),
+        # The plugin's and the exporter's processes never load numpy (README "Map"; only the
+        # functional probe's child does), nor the SDK's vision/CPU extras.
+        ("rknpu_device_plugin._cli", ["numpy", "cv2", "onnxruntime", "matplotlib", "rknnlite"]),
+        ("rknpu_device_plugin.telemetry._exporter", ["numpy", "cv2", "onnxruntime", "matplotlib"]),
+        # The server kit: standard library until settings are built (then pydantic).
+        ("rknpu_serverkit", ["numpy", "pydantic", "grpc", "google.protobuf", "cv2", "onnxruntime"]),
     ],
 )
 def test_package_imports_without_heavy_dependencies(module: str, blocked: list[str]) -> None:

@@ -20,10 +20,10 @@ from ._events import NullEvents, PluginEvents, TeeEvents
 from ._files import write_atomic
 from ._log import LOGGER_NAME, get_logger, setup_logging
 from ._settings import PluginSettings, build_parser, settings_from
-from .devices._policy import cdi_spec
+from .devices import cdi_spec
 
 if TYPE_CHECKING:
-    from .devices._manager import ResourceManager
+    from .devices import ResourceManager
 
 PROG = "rknpu-device-plugin"
 SHUTDOWN_JOIN_SECONDS = 1.5
@@ -62,7 +62,7 @@ def run(settings: PluginSettings) -> int:
     events: PluginEvents = metrics
     labels = None
     if settings.nfd_dir is not None:
-        from .telemetry._plugin_labels import PluginLabels
+        from .telemetry import PluginLabels
 
         labels = PluginLabels(settings.nfd_dir, settings.mode)
         events = TeeEvents(metrics, labels)
@@ -78,9 +78,8 @@ def _serve(
 ) -> int:
     """Scan, then run the plugin's actors until a signal (or the first actor's end) stops them all."""
     # gRPC is imported here, not at module level, so `--help` and bad settings answer fast.
-    from .devices._manager import ResourceManager
-    from .kubelet._lifecycle import Endpoint, Supervisor
-    from .kubelet._service import DevicePluginService
+    from .devices import ResourceManager
+    from .kubelet import DevicePluginService, Endpoint, Supervisor
 
     resources = ResourceManager(
         host,
@@ -162,7 +161,8 @@ def _serve(
 
     group.add(lambda: resources.run(stop), stop_health, name="health")
     if settings.probe_model is not None:
-        from .devices._probe import ProbeLoop, ProbeRunner, held_cores_asker
+        from .devices import ProbeLoop, ProbeRunner
+        from .telemetry import held_cores_asker
 
         probe = ProbeLoop(
             resources,

@@ -22,10 +22,10 @@ from rknpu_serverkit import (
     settings_from_flags,
 )
 
-from .devices._policy import DEFAULT_RESOURCE_NAME
-from .telemetry._podresources import DEFAULT_POD_RESOURCES_SOCKET
+from ._env import ENV_PREFIX
+from .devices import DEFAULT_RESOURCE_NAME
+from .telemetry import DEFAULT_POD_RESOURCES_SOCKET
 
-ENV_PREFIX = "RKNPU_PLUGIN_"
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 # Kubernetes extended resource names: <DNS subdomain>/<name>; "{soc}" is filled in from discovery.
 _RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")

@@ -19,20 +19,16 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
+from .. import bench as _bench
 from .._entry import check_output_folder
 from .._errors import UsageError
 from .._version import __version__
-from ..bench import _engine as _bench
-from ..bench._board import PublishedFigure, governor_warnings, published_figure, read_governors
-from ..model._metadata import resolve_model, sha256
-from ..npu import HostRoot, format_cores, runnable_core_sets
-from ..npu._librknnrt import LIBRKNNRT_PATH, find_librknnrt
-from ..pipeline._detector import Detector
-from ..pipeline._spec import ModelPipeline
-from ..runtime._choice import BACKENDS, LaunchPlan
-from ..runtime._open import open_plan, plan
-from ..runtime._rknnlite import RknnLiteFactory
-from ..settings._env import NpuSettings, load_settings
+from ..bench import PublishedFigure, governor_warnings, published_figure, read_governors
+from ..model import resolve_model, sha256
+from ..npu import LIBRKNNRT_PATH, HostRoot, find_librknnrt, format_cores, runnable_core_sets
+from ..pipeline import Detector, ModelPipeline
+from ..runtime import BACKENDS, LaunchPlan, RknnLiteFactory, open_plan, plan
+from ..settings import NpuSettings, load_settings
 from ..yolo import read_image
 
 CPU_DEFAULTS = (3, 20)

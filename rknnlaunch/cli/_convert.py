@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .._errors import UsageError
-from ..convert._plan import parse_size
+from ..convert import parse_size
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     )
     validate_images = None
     if args.validate:
-        from ..validate._images import image_files
+        from ..validate import image_files
 
         validate_images = image_files(args.validate, "--validate")  # checked before the long build
 

@@ -8,13 +8,11 @@ import sys
 from dataclasses import replace
 from typing import Any, TextIO
 
-from ..model._metadata import resolve_model
-from ..pipeline._detector import Detector
-from ..runtime._choice import BACKENDS
-from ..runtime._rknnlite import RknnLiteFactory
-from ..settings._env import NpuSettings, load_settings
-from ..yolo import COCO_NAMES, LAYOUTS, TASKS, draw_detections, read_image
-from ..yolo._image import check_image_writable, write_image
+from ..model import resolve_model
+from ..pipeline import Detector
+from ..runtime import BACKENDS, RknnLiteFactory
+from ..settings import NpuSettings, load_settings
+from ..yolo import COCO_NAMES, LAYOUTS, TASKS, check_image_writable, draw_detections, read_image, write_image
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

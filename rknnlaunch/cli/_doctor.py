@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 from .._errors import SettingsError, UsageError
-from ..preflight._checks import exit_code, report_json, report_text, run_checks
-from ..settings._env import ENV_NAMES, NpuSettings, load_settings
+from ..preflight import exit_code, report_json, report_text, run_checks
+from ..settings import ENV_NAMES, NpuSettings, load_settings
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..model._rknnfile import read_rknn
+from ..model import read_rknn
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 from .._errors import RknnLaunchError, UsageError
 from ..npu import HostRoot
-from ..runtime import _dtcompat
-from ..settings._allocation import NpuTarget, find_npu, normalised_env
-from ..settings._env import NpuSettings, load_settings
+from ..runtime import child_environment as dtcompat_environment
+from ..runtime import replacement_for
+from ..settings import NpuSettings, NpuTarget, find_npu, load_settings, normalised_env
 
 if TYPE_CHECKING:
-    from ..preflight._checks import Findings
+    from ..preflight import Findings
 
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
@@ -64,9 +64,9 @@ def child_environment(
             local = target.host.open_path(settings.compatible_file) if target else None
         except OSError:
             local = None
-        replacement = _dtcompat.replacement_for(settings.compatible_file, local)
+        replacement = replacement_for(settings.compatible_file, local)
         if replacement is not None:
-            env = _dtcompat.child_environment(env, replacement)
+            env = dtcompat_environment(env, replacement)
     return env, description
 
 
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     checked: Findings | None = None
     if not args.no_check:
         # Imported here: `run --no-check` (every container's ENTRYPOINT in a hurry) skips its cost.
-        from ..preflight._checks import Findings, overall, report_text, run_checks
+        from ..preflight import Findings, overall, report_text, run_checks
 
         checked = Findings()
         results = run_checks(settings, found=checked)

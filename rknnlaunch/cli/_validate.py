@@ -11,9 +11,9 @@ from typing import Any, TextIO
 
 from .._entry import check_output_folder
 from .._errors import DiscoveryError, MaskError, ModelError, UsageError
-from ..model._rknnfile import read_rknn
-from ..runtime._rknnlite import RknnLiteFactory
-from ..settings._env import NpuSettings, load_settings
+from ..model import read_rknn
+from ..runtime import RknnLiteFactory
+from ..settings import NpuSettings, load_settings
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +51,7 @@ def execute(
     stream: TextIO | None = None,
 ) -> int:
     """The validate command with its dependencies passed in (tests inject settings and a fake RKNNLite)."""
-    from ..runtime._open import open_plan, plan
+    from ..runtime import open_plan, plan
     from ..validate import compare_with_reference, image_files, print_report, write_json, write_plot
 
     out = stream if stream is not None else sys.stdout

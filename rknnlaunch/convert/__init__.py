@@ -2,7 +2,7 @@
 the model's facts embedded, the toolkit's log summarised. The toolkit is imported only on use."""
 
 from ._convert import Converted, ConvertRequest, OnnxFacts, convert, default_output, read_onnx
-from ._plan import GraphNode, LogSummary, float_tail, summarise_log, with_float_layers
+from ._plan import GraphNode, LogSummary, float_tail, parse_size, summarise_log, with_float_layers
 from ._toolkit import ToolkitFactory, ToolkitLike, load_toolkit
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "default_output",
     "float_tail",
     "load_toolkit",
+    "parse_size",
     "read_onnx",
     "summarise_log",
     "with_float_layers",

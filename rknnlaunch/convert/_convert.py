@@ -17,9 +17,9 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import ModelError, UsageError
-from ..model._facts import ModelFacts, encode_custom_string
-from ..model._files import require_file
-from ..validate._images import decode_all, image_files
+from .._files import require_file
+from ..model import ModelFacts, encode_custom_string
+from ..validate import decode_all, image_files
 from ._plan import (
     GraphNode,
     LogSummary,
@@ -157,7 +157,7 @@ def read_onnx(path: Path) -> OnnxFacts:
 
 
 def _class_names(metadata: dict[str, str], output_shapes: Sequence[tuple[int, ...]]) -> list[str]:
-    from ..model._metadata import class_names
+    from ..model import class_names
     from ..yolo import COCO_NAMES, class_count
 
     names = class_names({"metadata": metadata})
@@ -370,8 +370,7 @@ def _write_calibration(
     Saved as BGR PNGs: the toolkit reads them with OpenCV and converts to RGB (quant_img_RGB2BGR=False),
     so it calibrates on the same RGB letterboxed pixels the runtime gets.
     """
-    from ..yolo import Letterboxer
-    from ..yolo._image import opencv
+    from ..yolo import Letterboxer, opencv
 
     cv2 = opencv()
     boxer = Letterboxer((width, height), pad_value=pad)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .._errors import ModelError, UsageError
-from ..runtime._rknnlite import capture_runtime_log
+from ..runtime import capture_runtime_log
 from ._plan import LogSummary, fix_for, summarise_log
 
 INSTALL = "bash scripts/install-toolkit2.sh (in a venv of its own; see the script's header)"

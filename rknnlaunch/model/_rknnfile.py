@@ -18,6 +18,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from .._errors import ModelError
+from .._files import require_file
 from ._facts import (
     MAX_CUSTOM_STRING,
     ModelFacts,
@@ -25,7 +26,6 @@ from ._facts import (
     decode_custom_string,
     describe_validation_error,
 )
-from ._files import require_file
 
 MAGIC = b"RKNN"
 HEADER_SIZE = 64

@@ -22,15 +22,19 @@ from typing import Any
 import numpy as np
 
 from .._errors import UsageError
-from ..model._metadata import class_names, resolve_model
-from ..runtime._choice import LaunchPlan
-from ..runtime._open import Runtime
-from ..runtime._pool import CpuAffinity, WorkerFront, WorkerGroup, WorkerKind
-from ..runtime._workers import DEPTH, FactorySpec
-from ..settings._env import NpuSettings
-from ..yolo._decode import class_count
-from ..yolo._masks import MaskResolution
-from ..yolo._types import Detections
+from ..model import class_names, resolve_model
+from ..runtime import (
+    DEPTH,
+    CpuAffinity,
+    FactorySpec,
+    LaunchPlan,
+    Runtime,
+    WorkerFront,
+    WorkerGroup,
+    WorkerKind,
+)
+from ..settings import NpuSettings
+from ..yolo import Detections, MaskResolution, class_count
 from ._spec import ModelPipeline
 
 

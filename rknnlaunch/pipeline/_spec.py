@@ -7,12 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import UsageError
-from ..model._facts import embedded_pad_and_names
-from ..model._metadata import decoder_facts, input_size, model_metadata, pad_for
-from ..yolo._decode import YoloDecoder
-from ..yolo._layouts import LAYOUTS, TASKS
-from ..yolo._letterbox import Letterboxer
-from ..yolo._masks import MaskResolution
+from ..model import decoder_facts, embedded_pad_and_names, input_size, model_metadata, pad_for
+from ..yolo import LAYOUTS, TASKS, Letterboxer, MaskResolution, YoloDecoder
 
 
 def make_decoder(

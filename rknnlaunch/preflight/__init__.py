@@ -1,1 +1,36 @@
 """The preflight: checks that a container is ready to run a model on its NPU cores, and why not."""
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._checks import Findings, exit_code, overall, report_json, report_text, run_checks
+
+# What other layers may use, by defining module; imported on first use (PEP 562), so importing
+# the package costs nothing.
+_LAZY = {
+    "Findings": "._checks",
+    "exit_code": "._checks",
+    "overall": "._checks",
+    "report_json": "._checks",
+    "report_text": "._checks",
+    "run_checks": "._checks",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "Findings",
+    "exit_code",
+    "overall",
+    "report_json",
+    "report_text",
+    "run_checks",
+]

@@ -19,10 +19,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._errors import DiscoveryError, ModelError, SettingsError, UnsupportedDriverError
 from ..npu import (
     COMPATIBLE_PATH,
+    LIBRKNNRT_PATH,
     HostRoot,
+    Librknnrt,
     NpuInfo,
+    find_librknnrt,
     format_cores,
+    librknnrt_source,
     mask_name,
+    misplaced_copies,
     models_compatible,
     read_compatible,
     rknnlite_mask,
@@ -30,12 +35,10 @@ from ..npu import (
     soc_from_compatible,
     version_tuple,
 )
-from ..npu._librknnrt import LIBRKNNRT_PATH, Librknnrt, find_librknnrt, librknnrt_source, misplaced_copies
-from ..settings._allocation import Allocation, discover_npu, resolve_allocation
-from ..settings._env import NpuSettings
+from ..settings import Allocation, NpuSettings, discover_npu, resolve_allocation
 
 if TYPE_CHECKING:  # .rknn reading (pydantic models) loads only when a model is checked
-    from ..model._rknnfile import RknnModelInfo
+    from ..model import RknnModelInfo
 
 Status = Literal["ok", "warn", "fail", "skip"]
 SCHEMA = "rknnlaunch.doctor/1"
@@ -409,7 +412,7 @@ def check_model(path: Path, found: Findings) -> list[CheckResult]:
             )
         ]
     try:
-        from ..model._rknnfile import read_rknn
+        from ..model import read_rknn
 
         model = read_rknn(path)
     except ModelError as exc:

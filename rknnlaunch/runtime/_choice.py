@@ -14,7 +14,7 @@ from typing import Literal
 
 from .._errors import DiscoveryError, MaskError, ModelError, UsageError
 from ..npu import rknnlite_mask, runnable_groups
-from ..settings._allocation import NpuTarget, select_cores
+from ..settings import NpuTarget, select_cores
 
 BACKENDS: tuple[str, ...] = ("auto", "npu", "cpu")
 Layout = Literal["one", "per-core"]

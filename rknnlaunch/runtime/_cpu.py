@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import BackendUnavailableError, InferenceError, ModelError
-from ..model._files import require_file
+from .._files import require_file
 from ._closing import ClosesOnExit
 
 

@@ -28,7 +28,7 @@ from .._errors import (
     ModelError,
     RuntimeInitError,
 )
-from ..model._files import require_file
+from .._files import require_file
 from ..npu import (
     HostRoot,
     format_cores,
@@ -36,7 +36,7 @@ from ..npu import (
     models_compatible,
     rknnlite_mask,
 )
-from ..settings._allocation import NpuTarget, find_npu
+from ..settings import NpuTarget, find_npu
 from . import _dtcompat
 from ._choice import BACKENDS, LaunchPlan, Layout, choose_contexts
 from ._closing import ClosesOnExit
@@ -44,7 +44,7 @@ from ._cpu import CpuRuntime, as_nhwc_batch
 from ._rknnlite import RknnLiteFactory, RknnLiteLike, capture_runtime_log, load_rknnlite
 
 if TYPE_CHECKING:
-    from ..settings._env import NpuSettings
+    from ..settings import NpuSettings
 
 # Pool worker processes import this module to open their context: the settings and .rknn parsers
 # (pydantic, ~0.3 s) are imported where a plan is made, not here, so workers start without them.
@@ -198,7 +198,7 @@ def diagnose(lines: Iterable[str], late_redirect: bool = False) -> str:
 
 
 def _check_model(path: Path, target: NpuTarget) -> None:
-    from ..model._rknnfile import read_rknn
+    from ..model import read_rknn
 
     info = read_rknn(path)
     soc = target.info.soc
@@ -339,7 +339,7 @@ def open(
     environment; ``rknnlite`` makes RKNNLite instances (default: the real rknn-toolkit-lite2).
     Raises a `RknnLaunchError` subclass whose message says what to do.
     """
-    from ..settings._env import load_settings
+    from ..settings import load_settings
 
     settings = settings if settings is not None else load_settings()
     the_plan = plan(model, cores, backend, settings)

@@ -18,9 +18,9 @@ from typing import Any, Literal
 import numpy as np
 
 from .._errors import UsageError
-from ..model._rknnfile import read_rknn
+from ..model import read_rknn
 from ..npu import HostRoot, format_cores
-from ..settings._env import NpuSettings, load_settings
+from ..settings import NpuSettings, load_settings
 from . import _workers
 from ._affinity import find_big_cpus
 from ._choice import LaunchPlan, Layout, choose_contexts

@@ -1,1 +1,53 @@
 """What this container was given: its settings (injected env) and the NPU allocation they resolve to."""
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._allocation import (
+        Allocation,
+        NpuTarget,
+        discover_npu,
+        find_npu,
+        normalised_env,
+        resolve_allocation,
+        select_cores,
+    )
+    from ._env import ENV_NAMES, NpuSettings, load_settings
+
+# What other layers may use, by defining module; imported on first use (PEP 562), so importing
+# the package costs nothing.
+_LAZY = {
+    "Allocation": "._allocation",
+    "ENV_NAMES": "._env",
+    "NpuSettings": "._env",
+    "NpuTarget": "._allocation",
+    "discover_npu": "._allocation",
+    "find_npu": "._allocation",
+    "load_settings": "._env",
+    "normalised_env": "._allocation",
+    "resolve_allocation": "._allocation",
+    "select_cores": "._allocation",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "Allocation",
+    "ENV_NAMES",
+    "NpuSettings",
+    "NpuTarget",
+    "discover_npu",
+    "find_npu",
+    "load_settings",
+    "normalised_env",
+    "resolve_allocation",
+    "select_cores",
+]

@@ -30,10 +30,10 @@ from ._run import (
 
 __all__ = [
     "CAUSES",
-    "SCHEMA",
     "Found",
     "ImageComparison",
     "OnnxReference",
+    "SCHEMA",
     "Totals",
     "ValidateReport",
     "average_precision",

@@ -43,7 +43,7 @@ def image_files(sources: Sequence[str | Path], option: str) -> list[Path]:
 
 def decode_all(files: Sequence[Path], option: str) -> list[npt.NDArray[np.uint8]]:
     """Decode every file (BGR uint8) before any long work starts; `UsageError` naming each bad one."""
-    from ..yolo._image import opencv
+    from ..yolo import opencv
 
     cv2 = opencv()
     images: list[npt.NDArray[np.uint8]] = []

@@ -34,9 +34,10 @@ from ._decode import (
     postprocess,
 )
 from ._draw import COCO_NAMES, COCO_SKELETON, class_name, draw_detections, image_masks
-from ._image import read_image
+from ._image import check_image_writable, opencv, read_image, write_image
 from ._layouts import TASKS, YOLOV5_ANCHORS, Task, class_names, parse_anchors
 from ._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS, Letterboxer, geometry, letterbox
+from ._masks import MaskResolution
 from ._nms import iou_matrix, nms
 from ._rotated import nms_rotated, rotated_iou_pairs
 from ._types import Detections, LetterboxInfo, mask_rle, rle_decode
@@ -44,19 +45,21 @@ from ._types import Detections, LetterboxInfo, mask_rle, rle_decode
 __all__ = [
     "COCO_NAMES",
     "COCO_SKELETON",
-    "LAYOUTS",
-    "PAD_RKNN_MODEL_ZOO",
-    "PAD_ULTRALYTICS",
-    "TASKS",
-    "YOLOV5_ANCHORS",
     "Decoder",
     "Detections",
+    "LAYOUTS",
     "Layout",
     "LetterboxInfo",
     "Letterboxer",
+    "MaskResolution",
+    "PAD_RKNN_MODEL_ZOO",
+    "PAD_ULTRALYTICS",
     "Quant",
+    "TASKS",
     "Task",
+    "YOLOV5_ANCHORS",
     "YoloDecoder",
+    "check_image_writable",
     "class_count",
     "class_name",
     "class_names",
@@ -71,9 +74,11 @@ __all__ = [
     "mask_rle",
     "nms",
     "nms_rotated",
+    "opencv",
     "parse_anchors",
     "postprocess",
     "read_image",
     "rle_decode",
     "rotated_iou_pairs",
+    "write_image",
 ]

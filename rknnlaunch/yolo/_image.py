@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import UsageError
-from ..model._files import require_file
+from .._files import require_file
 
 
 def opencv() -> Any:

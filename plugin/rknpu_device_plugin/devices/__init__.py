@@ -1,1 +1,73 @@
 """Device logic: NPU discovery on the node, device IDs, allocation policy, health (no gRPC here)."""
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._discovery import discover_on_node
+    from ._manager import DeviceState, ResourceManager
+    from ._policy import (
+        DEFAULT_RESOURCE_NAME,
+        AllocationError,
+        ContainerPlan,
+        Mode,
+        cdi_spec,
+        check_preferred_request,
+        check_request,
+        container_plan,
+        cores_of,
+        preferred_allocation,
+    )
+    from ._probe import HoldersUnknownError, ProbeLoop, ProbeRunner
+    from ._watch import FolderWatcher
+
+# What other layers may use, by defining module; imported on first use (PEP 562), so importing
+# the package costs nothing.
+_LAZY = {
+    "AllocationError": "._policy",
+    "ContainerPlan": "._policy",
+    "DEFAULT_RESOURCE_NAME": "._policy",
+    "DeviceState": "._manager",
+    "FolderWatcher": "._watch",
+    "HoldersUnknownError": "._probe",
+    "Mode": "._policy",
+    "ProbeLoop": "._probe",
+    "ProbeRunner": "._probe",
+    "ResourceManager": "._manager",
+    "cdi_spec": "._policy",
+    "check_preferred_request": "._policy",
+    "check_request": "._policy",
+    "container_plan": "._policy",
+    "cores_of": "._policy",
+    "discover_on_node": "._discovery",
+    "preferred_allocation": "._policy",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "AllocationError",
+    "ContainerPlan",
+    "DEFAULT_RESOURCE_NAME",
+    "DeviceState",
+    "FolderWatcher",
+    "HoldersUnknownError",
+    "Mode",
+    "ProbeLoop",
+    "ProbeRunner",
+    "ResourceManager",
+    "cdi_spec",
+    "check_preferred_request",
+    "check_request",
+    "container_plan",
+    "cores_of",
+    "discover_on_node",
+    "preferred_allocation",
+]

@@ -18,9 +18,9 @@ from typing import Protocol
 from rknnlaunch import DiscoveryError
 from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec
 
+from .._env import ENV_PREFIX
 from .._events import PluginEvents
 from .._log import get_logger
-from .._settings import ENV_PREFIX
 from ._discovery import discover_on_node
 from ._policy import Mode, NodeExtras, device_health, device_ids
 from ._watch import FolderWatcher

@@ -342,25 +342,3 @@ class ProbeLoop:
         if why != self._said:
             _log.warning("functional probe off", extra={"fields": {"reason": why}})
             self._said = why
-
-
-def held_cores_asker(socket_path: str, resource_name: str) -> Callable[[], Collection[int]]:
-    """Which cores pods hold, from kubelet's pod-resources API; raises HoldersUnknownError when
-    that cannot be told (``socket_path`` empty = pod-resources off)."""
-    from ..telemetry._podresources import PodResourcesClient, PodResourcesError
-
-    if not socket_path:
-
-        def unknown() -> Collection[int]:
-            raise HoldersUnknownError("--pod-resources-socket is off")
-
-        return unknown
-    client = PodResourcesClient(socket_path, resource_name)
-
-    def held() -> Collection[int]:
-        try:
-            return {holder.core for holder in client.list_holders()}
-        except PodResourcesError as exc:
-            raise HoldersUnknownError(str(exc)) from None
-
-    return held

@@ -89,9 +89,8 @@ def check(library_root: str, model: str | None = None) -> dict[str, Any]:
     importable, librknnrt.so installed, and (with ``model``) at least as new as the toolkit that
     built the model, which every core would otherwise refuse alike."""
     from rknnlaunch import RknnLaunchError
-    from rknnlaunch.model._rknnfile import read_rknn
-    from rknnlaunch.npu import HostRoot, version_tuple
-    from rknnlaunch.npu._librknnrt import LIBRKNNRT_PATH, find_librknnrt
+    from rknnlaunch.model import read_rknn
+    from rknnlaunch.npu import LIBRKNNRT_PATH, HostRoot, find_librknnrt, version_tuple
 
     if importlib.util.find_spec("rknnlite") is None:
         return {
@@ -130,9 +129,15 @@ def probe(model: str, core: int, root: str, soc: str, compatible_file: str | Non
     import numpy as np
 
     import rknnlaunch
-    from rknnlaunch import RknnLaunchError, load_settings
-    from rknnlaunch._errors import BackendUnavailableError, DiscoveryError, ModelError, UsageError
-    from rknnlaunch.model._rknnfile import read_rknn
+    from rknnlaunch import (
+        BackendUnavailableError,
+        DiscoveryError,
+        ModelError,
+        RknnLaunchError,
+        UsageError,
+        load_settings,
+    )
+    from rknnlaunch.model import read_rknn
 
     env = {"RKNN_NPU_CORES": str(core), "RKNN_NPU_SOC": soc, "RKNNLAUNCH_ROOT": root}
     if compatible_file:

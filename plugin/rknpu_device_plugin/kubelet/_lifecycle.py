@@ -34,7 +34,7 @@ from .._events import PluginEvents
 from .._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
 from .._kubeapi.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from .._log import get_logger
-from ..devices._watch import FolderWatcher
+from ..devices import FolderWatcher
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"

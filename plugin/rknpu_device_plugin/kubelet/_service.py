@@ -14,11 +14,12 @@ from .._bounded import quote_ids
 from .._events import PluginEvents
 from .._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
 from .._log import get_logger
-from ..devices._manager import DeviceState, ResourceManager
-from ..devices._policy import (
+from ..devices import (
     AllocationError,
     ContainerPlan,
+    DeviceState,
     Mode,
+    ResourceManager,
     check_preferred_request,
     check_request,
     container_plan,

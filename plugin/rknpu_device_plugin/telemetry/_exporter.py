@@ -37,8 +37,7 @@ from rknpu_serverkit import (
 )
 
 from .._log import LOGGER_NAME, setup_logging
-from ..devices._discovery import discover_on_node
-from ..devices._policy import DEFAULT_RESOURCE_NAME
+from ..devices import DEFAULT_RESOURCE_NAME, discover_on_node
 from ._collector import NpuCollector, build_registry
 from ._http import MetricsServer
 from ._nfd import (

@@ -7,10 +7,11 @@ import os
 import re
 import stat
 import threading
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from ..devices._policy import DEFAULT_RESOURCE_NAME, cores_of
+from ..devices import DEFAULT_RESOURCE_NAME, HoldersUnknownError, cores_of
 
 DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # Kubelet answers List from memory; a slow answer means it is wedged, and a scrape must not wait.
@@ -148,3 +149,23 @@ class PodResourcesClient:
             self._channel.close()
         self._channel = None
         self._stub = None
+
+
+def held_cores_asker(socket_path: str, resource_name: str) -> Callable[[], Collection[int]]:
+    """Which cores pods hold, from kubelet's pod-resources API; raises HoldersUnknownError when
+    that cannot be told (``socket_path`` empty = pod-resources off)."""
+    if not socket_path:
+
+        def unknown() -> Collection[int]:
+            raise HoldersUnknownError("--pod-resources-socket is off")
+
+        return unknown
+    client = PodResourcesClient(socket_path, resource_name)
+
+    def held() -> Collection[int]:
+        try:
+            return {holder.core for holder in client.list_holders()}
+        except PodResourcesError as exc:
+            raise HoldersUnknownError(str(exc)) from None
+
+    return held
