@@ -1,0 +1,160 @@
+"""Measure the walk of `rknnlaunch bench`'s arguments through the code: rooms and returns.
+
+Method (dynamic taint, printed as numbers; not a test, run it by hand):
+
+- Run ``rknnlaunch bench`` on a fixture RK3588 (tests/fakehost.py) with the bench tests' fake
+  RKNNLite installed as ``rknnlite.api`` (``-n 1 --warmup 1 --no-process-pool --no-progress``,
+  so every case kind but the process pool runs, in this process).
+- Taint: the first ``argparse.Namespace`` any rknnlaunch function receives; what is tainted taints
+  its items and attribute values two levels down (None, bools and numbers are never tracked: their
+  identity means nothing). A call of an rknnlaunch function with a tainted argument, a tainted
+  ``self`` or a closure over a tainted value is a *step* of the walk; what a step returns is
+  tainted too (the arguments' consequences: the plan, the cases, the runtimes, the report...).
+- A step's *room* is its layer (``rknnlaunch.bench``, ``rknnlaunch.runtime``...; pass ``module``
+  as the first argument for one room per module). Each distinct (caller module, callee module) pair between steps
+  in different modules is one *move*; a move into a room that the walk had already visited before
+  that move first happened is a *return to a room already left* (a callback into the CLI, a second
+  trip into the runtime layer from another place...). Moves are counted once each, so loops over
+  frames do not inflate the figure.
+- Two figures: the whole walk, and the bench's walk: only the moves made by or into the bench's
+  own code (``rknnlaunch.cli._bench``, ``rknnlaunch.bench.*``), as the other layers' own calls
+  among themselves are theirs (the runtime reading the model, the pipeline using YOLO). The
+  target (issue 22) is the bench's walk at module granularity: at most 5 returns.
+
+Run: ``python tests/bench/walk.py [package|module]`` (prints rooms, the moves in order, and the two figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import tempfile
+import types
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from bench_fakes import FakeRknnLite, write_rknn  # noqa: E402
+
+from fakehost import make_host  # noqa: E402
+
+
+def _untracked(value: object) -> bool:
+    return value is None or isinstance(value, bool | int | float)
+
+
+class Walk:
+    def __init__(self, granularity: str = "package") -> None:
+        self.granularity = granularity
+        self.tainted: dict[int, object] = {}  # id -> object (kept alive so ids stay unique)
+        self.stack: list[tuple[str, bool]] = []  # (module, is a step) per active rknnlaunch frame
+        self.visited: list[str] = []
+        self.moves: list[tuple[str, str, bool]] = []  # (from, to, returns to a room already left)
+        self._seen_moves: set[tuple[str, str]] = set()
+
+    def taint(self, value: object, depth: int = 2) -> None:
+        """Taint ``value`` and, ``depth`` levels down, its items and attribute values."""
+        if _untracked(value) or isinstance(value, types.ModuleType | type):
+            return
+        self.tainted[id(value)] = value
+        if depth == 0 or isinstance(value, str | bytes | Path):
+            return
+        items: list[object] = []
+        if isinstance(value, list | tuple | set | frozenset):
+            items = list(value)[:64]
+        elif isinstance(value, dict):
+            items = list(value.values())[:64]
+        elif hasattr(value, "__dict__") and not callable(value):
+            items = list(vars(value).values())
+        elif hasattr(value, "__slots__"):
+            items = [getattr(value, name, None) for name in value.__slots__]
+        for item in items:
+            self.taint(item, depth - 1)
+
+    def is_tainted(self, value: object) -> bool:
+        return not _untracked(value) and self.tainted.get(id(value)) is value
+
+    def profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
+        if event not in ("call", "return"):
+            return
+        module = frame.f_globals.get("__name__", "")
+        if not module.startswith("rknnlaunch"):
+            return
+        if self.granularity == "package":  # a room is a layer: rknnlaunch.bench, rknnlaunch.yolo...
+            module = ".".join(module.split(".")[:2])
+        if event == "call":
+            # At a call, f_locals holds the arguments and the closure's free variables: a callback
+            # built from the arguments (a closure over the plan) is a step too.
+            values = list(frame.f_locals.values())
+            if not self.tainted:
+                for value in values:
+                    if isinstance(value, argparse.Namespace):
+                        self.taint(value)
+            step = any(self.is_tainted(value) for value in values)
+            if step:
+                caller = next((m for m, was_step in reversed(self.stack) if was_step), None)
+                if caller is not None and caller != module and (caller, module) not in self._seen_moves:
+                    self._seen_moves.add((caller, module))
+                    self.moves.append((caller, module, module in self.visited))
+                if module not in self.visited:
+                    self.visited.append(module)
+            self.stack.append((module, step))
+        elif self.stack:
+            _module, step = self.stack.pop()
+            if step:
+                self.taint(arg)
+
+
+def main() -> int:
+    class RKNNLite(FakeRknnLite):  # the real class's constructor takes verbose=
+        def __init__(self, verbose: bool = False) -> None:
+            super().__init__()
+
+    fake = types.ModuleType("rknnlite.api")
+    fake.RKNNLite = RKNNLite  # type: ignore[attr-defined]
+    sys.modules["rknnlite"] = types.ModuleType("rknnlite")
+    sys.modules["rknnlite.api"] = fake
+    with tempfile.TemporaryDirectory() as tmp:
+        host = make_host("rk3588-drm", Path(tmp) / "host")
+        model = write_rknn(Path(tmp) / "yolov8s.rknn")
+        os.environ["RKNNLAUNCH_ROOT"] = str(host.root)
+        from rknnlaunch.cli._main import main as cli_main
+
+        argv = ["bench", "--model", str(model), "-n", "1", "--warmup", "1", "--no-process-pool"]
+        argv += ["--no-progress", "--json", str(Path(tmp) / "b.json")]
+        walk = Walk(sys.argv[1] if len(sys.argv) > 1 else "package")
+        out = io.StringIO()
+        stdout, sys.stdout = sys.stdout, out
+        sys.setprofile(walk.profile)
+        try:
+            code = cli_main(argv)
+        finally:
+            sys.setprofile(None)
+            sys.stdout = stdout
+    if code != 0:
+        print(out.getvalue())
+        print(f"bench exited {code}")
+        return 1
+    returns = [move for move in walk.moves if move[2]]
+    print("moves (* = a return to a room already left; b = made by or into the bench's own code):")
+    for source, target, back in walk.moves:
+        print(f"  {'*' if back else ' '}{'b' if _bench_move(source, target) else ' '} {source} -> {target}")
+    print(f"whole walk: rooms {len(walk.visited)}, returns to a room already left {len(returns)}")
+    bench_moves = [move for move in walk.moves if _bench_move(move[0], move[1])]
+    rooms = {room for source, target, _ in bench_moves for room in (source, target)}
+    bench_returns = [move for move in bench_moves if move[2]]
+    print(f"the bench's walk: rooms {len(rooms)}, returns to a room already left {len(bench_returns)}")
+    return 0
+
+
+def _bench_move(source: str, target: str) -> bool:
+    """A move the bench's code decides: out of, or back into, `cli._bench` or `rknnlaunch.bench`."""
+    return any(room.startswith(("rknnlaunch.cli", "rknnlaunch.bench")) for room in (source, target))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
