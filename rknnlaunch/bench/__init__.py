@@ -1,1 +1,1 @@
-"""The benchmark engine behind `rknnlaunch bench`: timed cases, statistics, tables, JSON and plots."""
+"""The benchmark behind `rknnlaunch bench`: its cases, runner, report and one run from its options."""

@@ -7,12 +7,14 @@ Method (dynamic taint, printed as numbers; not a test, run it by hand):
   so every case kind but the process pool runs, in this process).
 - Taint: the first ``argparse.Namespace`` any rknnlaunch function receives; what is tainted taints
   its items and attribute values two levels down (None, bools and numbers are never tracked: their
-  identity means nothing). A call of an rknnlaunch function with a tainted argument, a tainted
-  ``self`` or a closure over a tainted value is a *step* of the walk; what a step returns is
-  tainted too (the arguments' consequences: the plan, the cases, the runtimes, the report...).
-- A step's *room* is its layer (``rknnlaunch.bench``, ``rknnlaunch.runtime``...; pass ``module``
-  as the first argument for one room per module). Each distinct (caller module, callee module) pair between steps
-  in different modules is one *move*; a move into a room that the walk had already visited before
+  identity means nothing), so an options object built from the flags is followed too. A call of
+  an rknnlaunch function with a tainted argument, a tainted ``self`` or a closure over a tainted
+  value is a *step* of the walk. (``--follow-results`` also taints what a step returns: the
+  arguments' consequences, the plan, runtimes, report... a far wider walk, printed for
+  curiosity.)
+- A step's *room* is its module (``--package``: its layer, ``rknnlaunch.bench``...). Each
+  distinct (caller room, callee room) pair between steps in different rooms is one *move*; a
+  move into a room that the walk had already visited before
   that move first happened is a *return to a room already left* (a callback into the CLI, a second
   trip into the runtime layer from another place...). Moves are counted once each, so loops over
   frames do not inflate the figure.
@@ -21,7 +23,8 @@ Method (dynamic taint, printed as numbers; not a test, run it by hand):
   among themselves are theirs (the runtime reading the model, the pipeline using YOLO). The
   target (issue 22) is the bench's walk at module granularity: at most 5 returns.
 
-Run: ``python tests/bench/walk.py [package|module]`` (prints rooms, the moves in order, and the two figures).
+Run: ``python tests/bench/walk.py [--package] [--follow-results]`` (prints the moves in order
+and the two figures).
 """
 
 from __future__ import annotations
@@ -48,8 +51,9 @@ def _untracked(value: object) -> bool:
 
 
 class Walk:
-    def __init__(self, granularity: str = "package") -> None:
+    def __init__(self, granularity: str = "module", follow_results: bool = False) -> None:
         self.granularity = granularity
+        self.follow_results = follow_results
         self.tainted: dict[int, object] = {}  # id -> object (kept alive so ids stay unique)
         self.stack: list[tuple[str, bool]] = []  # (module, is a step) per active rknnlaunch frame
         self.visited: list[str] = []
@@ -105,7 +109,7 @@ class Walk:
             self.stack.append((module, step))
         elif self.stack:
             _module, step = self.stack.pop()
-            if step:
+            if step and self.follow_results:
                 self.taint(arg)
 
 
@@ -126,7 +130,9 @@ def main() -> int:
 
         argv = ["bench", "--model", str(model), "-n", "1", "--warmup", "1", "--no-process-pool"]
         argv += ["--no-progress", "--json", str(Path(tmp) / "b.json")]
-        walk = Walk(sys.argv[1] if len(sys.argv) > 1 else "package")
+        walk = Walk(
+            "package" if "--package" in sys.argv else "module", follow_results="--follow-results" in sys.argv
+        )
         out = io.StringIO()
         stdout, sys.stdout = sys.stdout, out
         sys.setprofile(walk.profile)
