@@ -26,10 +26,12 @@ TABLE_HEADER = [
 EFFICIENCY_NOTE = (
     "efficiency = a pool's FPS / the sum of the single-core cases' FPS (100%: every core kept busy)"
 )
-NO_EFFICIENCY_NOTE = (
-    "efficiency is blank: it compares a pool with the single-core cases, and this run has "
-    "{why} (pools run on an NPU with 2+ cores that takes a core mask)"
+NO_EFFICIENCY_NOTE = "efficiency is blank: {why}"
+NO_POOL = (
+    "no pool here to compare with the single-core cases (pools run on an NPU with 2+ cores; "
+    "--no-pool skips them)"
 )
+NO_SINGLE_CORE = "no single-core case ran to compare the pools with"
 
 
 def efficiencies(results: Sequence[CaseResult]) -> dict[str, float]:
@@ -155,12 +157,8 @@ class BenchReport:
     def _efficiency_note(self) -> str:
         if efficiencies(self.results):
             return EFFICIENCY_NOTE
-        kinds = {result.case.kind for result in self.results}
-        if kinds == {"single"}:
-            why = "no pool case (the CPU backend, --no-pool, or one core)"
-        else:
-            why = "no single-core case that ran"
-        return NO_EFFICIENCY_NOTE.format(why=why)
+        pools = any(result.case.kind != "single" for result in self.results)
+        return NO_EFFICIENCY_NOTE.format(why=NO_SINGLE_CORE if pools else NO_POOL)
 
     def _published_line(self, published: PublishedFigure) -> str:
         """The published single-core figure beside ours (inference only, from each core's p50)."""

@@ -47,7 +47,7 @@ from fakehost import make_host  # noqa: E402
 
 
 def _untracked(value: object) -> bool:
-    return value is None or isinstance(value, bool | int | float)
+    return value is None or isinstance(value, bool | int)
 
 
 class Walk:
@@ -57,7 +57,8 @@ class Walk:
         self.tainted: dict[int, object] = {}  # id -> object (kept alive so ids stay unique)
         self.stack: list[tuple[str, bool]] = []  # (module, is a step) per active rknnlaunch frame
         self.visited: list[str] = []
-        self.moves: list[tuple[str, str, bool]] = []  # (from, to, returns to a room already left)
+        # (from, to, into a room visited before, into a room still open lower on the stack)
+        self.moves: list[tuple[str, str, bool, bool]] = []
         self._seen_moves: set[tuple[str, str]] = set()
 
     def taint(self, value: object, depth: int = 2) -> None:
@@ -100,10 +101,11 @@ class Walk:
                         self.taint(value)
             step = any(self.is_tainted(value) for value in values)
             if step:
-                caller = next((m for m, was_step in reversed(self.stack) if was_step), None)
+                open_rooms = [m for m, was_step in self.stack if was_step]
+                caller = open_rooms[-1] if open_rooms else None
                 if caller is not None and caller != module and (caller, module) not in self._seen_moves:
                     self._seen_moves.add((caller, module))
-                    self.moves.append((caller, module, module in self.visited))
+                    self.moves.append((caller, module, module in self.visited, module in open_rooms[:-1]))
                 if module not in self.visited:
                     self.visited.append(module)
             self.stack.append((module, step))
@@ -128,10 +130,24 @@ def main() -> int:
         os.environ["RKNNLAUNCH_ROOT"] = str(host.root)
         from rknnlaunch.cli._main import main as cli_main
 
-        argv = ["bench", "--model", str(model), "-n", "1", "--warmup", "1", "--no-process-pool"]
+        argv = [
+            "bench",
+            "--model",
+            str(model),
+            "-n",
+            "1",
+            "--warmup",
+            "1",
+            "--no-process-pool",
+            "--conf",
+            "0.3",
+            "--iou",
+            "0.5",
+        ]
         argv += ["--no-progress", "--json", str(Path(tmp) / "b.json")]
         walk = Walk(
-            "package" if "--package" in sys.argv else "module", follow_results="--follow-results" in sys.argv
+            "package" if "--package" in sys.argv else "module",
+            follow_results="--arguments-only" not in sys.argv,
         )
         out = io.StringIO()
         stdout, sys.stdout = sys.stdout, out
@@ -145,15 +161,18 @@ def main() -> int:
         print(out.getvalue())
         print(f"bench exited {code}")
         return 1
-    returns = [move for move in walk.moves if move[2]]
-    print("moves (* = a return to a room already left; b = made by or into the bench's own code):")
-    for source, target, back in walk.moves:
-        print(f"  {'*' if back else ' '}{'b' if _bench_move(source, target) else ' '} {source} -> {target}")
-    print(f"whole walk: rooms {len(walk.visited)}, returns to a room already left {len(returns)}")
+    print("moves (* = into a room visited before, ^ = into a room still open lower on the stack,")
+    print("       b = made by or into the bench's own code):")
+    for source, target, back, up in walk.moves:
+        flags = ("*" if back else " ") + ("^" if up else " ") + ("b" if _bench_move(source, target) else " ")
+        print(f"  {flags} {source} -> {target}")
     bench_moves = [move for move in walk.moves if _bench_move(move[0], move[1])]
-    rooms = {room for source, target, _ in bench_moves for room in (source, target)}
-    bench_returns = [move for move in bench_moves if move[2]]
-    print(f"the bench's walk: rooms {len(rooms)}, returns to a room already left {len(bench_returns)}")
+    for name, moves, rooms in (
+        ("whole walk", walk.moves, set(walk.visited)),
+        ("the bench's walk", bench_moves, {room for move in bench_moves for room in move[:2]}),
+    ):
+        back, up = sum(move[2] for move in moves), sum(move[3] for move in moves)
+        print(f"{name}: rooms {len(rooms)}, returns to a room already left {back} (of them callbacks {up})")
     return 0
 
 
