@@ -3,9 +3,10 @@ marked as needing what CI does not have.
 
 The marker is the word after the language in the block's info string (docs/develop.md#doc-blocks):
 
-- ```` ```sh run ```` / ```` ```python run ````: run here, on the CPU backend and fixture hosts
-  (a shell block with ``bash -e`` in a scratch folder, the venv's commands on PATH; Python in a
-  fresh interpreter);
+- ```` ```sh run ```` / ```` ```python run ````: run here, on the CPU backend (a shell block with
+  ``bash -e``, Python in a fresh interpreter) in a scratch folder that holds ``yolov8s.onnx`` (the
+  default test model) and ``street.jpg`` (a photo), the venv's commands on PATH and
+  ``RKNNLAUNCH_ROOT`` at an empty host (no NPU);
 - ``board``: needs an RK board (NPU, librknnrt, rknn-toolkit-lite2); ``cluster``: needs Kubernetes;
   ``long``: minutes of work (a full install, the CI, the full bench, a conversion). These are
   checked, not run: shell with ``bash -n``, Python with ``compile``, and every ``rknnlaunch
@@ -164,6 +165,15 @@ def need_default_model() -> None:
         pytest.skip(f"the default model is not installed: {INSTALL_DEFAULT_MODEL}")
 
 
+def scratch_files() -> dict[str, Path]:
+    """What a run block may use by name: the default model as yolov8s.onnx, a photo as street.jpg."""
+    from rknnlaunch.model._metadata import default_model
+
+    matplotlib = pytest.importorskip("matplotlib")
+    photo = next(Path(matplotlib.get_data_path()).rglob("grace_hopper.jpg"))
+    return {"yolov8s.onnx": default_model(), "street.jpg": photo}
+
+
 @pytest.mark.parametrize("block", RUN_BLOCKS, ids=block_id)
 def test_run_blocks_run_on_the_cpu_backend(block: Block, tmp_path: Path) -> None:
     need_default_model()
@@ -171,6 +181,8 @@ def test_run_blocks_run_on_the_cpu_backend(block: Block, tmp_path: Path) -> None
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["RKNNLAUNCH_ROOT"] = str(tmp_path / "no-npu-host")  # no NPU: the CPU backend, labelled
     (tmp_path / "no-npu-host").mkdir()
+    for name, source in scratch_files().items():
+        (tmp_path / name).symlink_to(source)
     if block.language == "python":
         command = [sys.executable, "-c", block.text]
     else:
@@ -254,12 +266,10 @@ def test_the_sample_apps_readme_shows_what_it_prints(tmp_path: Path) -> None:
     default model and matplotlib's Grace Hopper photo, times and timings aside."""
     need_default_model()
     pytest.importorskip("cv2")
-    matplotlib = pytest.importorskip("matplotlib")
     from rknnlaunch.model._metadata import default_model
 
-    photo = next(Path(matplotlib.get_data_path()).rglob("grace_hopper.jpg"))
     sample = tmp_path / "sample.jpg"
-    sample.write_bytes(photo.read_bytes())
+    sample.write_bytes(scratch_files()["street.jpg"].read_bytes())
     app = [sys.executable, str(ROOT / "samples" / "app" / "detect.py"), "--backend", "cpu"]
     app += ["--model", str(default_model()), "--source", str(sample), "--max-frames", "1"]
     done = subprocess.run(app, capture_output=True, text=True, timeout=300, check=False)
