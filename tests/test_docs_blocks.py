@@ -7,8 +7,11 @@ The marker is the word after the language in the block's info string (docs/devel
   ``bash -e``, Python in a fresh interpreter) in a scratch folder that holds ``yolov8s.onnx`` (the
   default test model) and ``street.jpg`` (a photo), the venv's commands on PATH and
   ``RKNNLAUNCH_ROOT`` at an empty host (no NPU);
-- ``board``: needs an RK board (NPU, librknnrt, rknn-toolkit-lite2); ``cluster``: needs Kubernetes;
-  ``long``: minutes of work (a full install, the CI, the full bench, a conversion). These are
+- ``board``: for an RK board; run here on a fixture RK3588 host (tests/fakehost.py) with the bench
+  tests' fake RKNNLite as ``rknnlite.api``, the scratch folder also holding ``yolov8s.rknn`` (a
+  minimal .rknn) and ``frames/*.jpg``;
+- ``hardware``: needs what no fake stands in for (a real board's runtime, rknn-toolkit2);
+  ``cluster``: needs Kubernetes; ``long``: minutes of work (a full install, the CI). These are
   checked, not run: shell with ``bash -n``, Python with ``compile``, and every ``rknnlaunch
   COMMAND --flag`` they show must be a real command and flag (its parser is built here).
 """
@@ -35,12 +38,12 @@ LANGUAGES = {
     "python": "python",
     "py": "python",
 }
-MARKERS = ("run", "board", "cluster", "long")
+MARKERS = ("run", "board", "hardware", "cluster", "long")
 OPENING = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)\s*(.*?)\s*$")
 HOW_TO_MARK = (
-    "mark it: put one of " + ", ".join(MARKERS) + " after the language (```sh run = this test runs "
-    "it on the CPU backend; board / cluster / long = checked for syntax and real flags only), see "
-    "docs/develop.md#doc-blocks"
+    "mark it: put one of " + ", ".join(MARKERS) + " after the language (run = this test runs it on "
+    "the CPU backend; board = runs on a fixture RK3588 with a fake RKNNLite; hardware / cluster / "
+    "long = checked for syntax and real flags only), see docs/develop.md#doc-blocks"
 )
 
 
@@ -152,7 +155,25 @@ def bad_flags(words: list[str]) -> str | None:
     return None
 
 
-RUN_BLOCKS = [block for block in BLOCKS if block.marker == "run"]
+RUN_BLOCKS = [block for block in BLOCKS if block.marker in ("run", "board")]
+
+# rknnlite.api for `board` blocks: the bench tests' fake RKNNLite (an RK3588 returning YOLOv8
+# outputs; tests/bench/bench_fakes.py), importable by the block and by pool worker processes.
+FAKE_RKNNLITE = f"""
+import sys
+
+sys.path[:0] = [{str(ROOT / "tests" / "bench")!r}, {str(ROOT / "tests")!r}]
+
+
+class RKNNLite:
+    def __init__(self, verbose=False, **_):
+        from bench_fakes import FakeRknnLite  # on use: it imports rknnlaunch, which imports this
+
+        self._lite = FakeRknnLite()
+
+    def __getattr__(self, name):
+        return getattr(self._lite, name)
+"""
 
 
 def need_default_model() -> None:
@@ -174,25 +195,60 @@ def scratch_files() -> dict[str, Path]:
     return {"yolov8s.onnx": default_model(), "street.jpg": photo}
 
 
+def fixture_board(folder: Path, env: dict[str, str]) -> None:
+    """An RK3588 host under ``folder``/host with librknnrt, ``yolov8s.rknn`` (a minimal .rknn the SDK
+    parses) and a fake ``rknnlite.api`` on PYTHONPATH."""
+    sys.path[:0] = [str(ROOT / "tests" / "bench"), str(ROOT / "tests")]
+    try:
+        from bench_fakes import write_rknn
+
+        from fakehost import make_host, write
+    finally:
+        del sys.path[:2]
+    host = make_host("rk3588-drm", folder / "host")
+    write(
+        Path(host.root),
+        "/usr/lib/librknnrt.so",
+        b"\x7fELF\0librknnrt version: 2.3.2 (429f97ae6b@2025-04-09)\0",
+    )
+    write_rknn(folder / "yolov8s.rknn")
+    package = folder / "fakelib" / "rknnlite"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "api.py").write_text(FAKE_RKNNLITE)
+    env["RKNNLAUNCH_ROOT"] = str(host.root)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder / "fakelib"), env.get("PYTHONPATH")]))
+
+
 @pytest.mark.parametrize("block", RUN_BLOCKS, ids=block_id)
-def test_run_blocks_run_on_the_cpu_backend(block: Block, tmp_path: Path) -> None:
+def test_run_and_board_blocks_run(block: Block, tmp_path: Path) -> None:
     need_default_model()
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["RKNNLAUNCH_ROOT"] = str(tmp_path / "no-npu-host")  # no NPU: the CPU backend, labelled
-    (tmp_path / "no-npu-host").mkdir()
     for name, source in scratch_files().items():
         (tmp_path / name).symlink_to(source)
+    (tmp_path / "frames").mkdir()
+    for name in ("0001.jpg", "0002.jpg"):
+        (tmp_path / "frames" / name).symlink_to(scratch_files()["street.jpg"])
+    if block.marker == "board":
+        fixture_board(tmp_path, env)
+        where = "on a fixture RK3588 with a fake RKNNLite"
+    else:
+        env["RKNNLAUNCH_ROOT"] = str(tmp_path / "no-npu-host")  # no NPU: the CPU backend, labelled
+        (tmp_path / "no-npu-host").mkdir()
+        where = "on the CPU backend"
     if block.language == "python":
-        command = [sys.executable, "-c", block.text]
+        # From a file, as users run it (process workers import the main module again).
+        (tmp_path / "doc_block.py").write_text(block.text)
+        command = [sys.executable, "doc_block.py"]
     else:
         command = ["bash", "-e", "-c", block.text]
     done = subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
     )
     assert done.returncode == 0, (
-        f"{block.where} failed (exit {done.returncode}); fix the block, or mark it board/cluster/long if it "
-        f"cannot run on the CPU backend:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        f"{block.where} failed {where} (exit {done.returncode}); fix the block, or {HOW_TO_MARK}:\n"
+        f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     )
 
 
