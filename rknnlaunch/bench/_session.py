@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import importlib.metadata
 import importlib.util
@@ -21,16 +20,16 @@ from ..model._files import require_file
 from ..model._metadata import resolve_model, sha256
 from ..npu import HostRoot, format_cores
 from ..npu._librknnrt import LIBRKNNRT_PATH, find_librknnrt
-from ..pipeline._detector import Detector
 from ..pipeline._spec import ModelPipeline
 from ..runtime._choice import LaunchPlan
-from ..runtime._open import open_plan, plan
+from ..runtime._open import plan
 from ..runtime._rknnlite import RknnLiteFactory
 from ..settings._env import NpuSettings
 from ..yolo import read_image
 from ._board import Governors, PublishedFigure, governor_warnings, published_figure, read_governors
 from ._cases import BenchCase, plan_cases
-from ._engine import BenchRuntime, Progress, StreamPool, run_cases
+from ._engine import Progress, run_cases
+from ._opener import PlanOpener
 from ._report import BenchReport
 
 CPU_DEFAULTS = (3, 20)
@@ -77,36 +76,6 @@ def _at_least(value: int | None, default: int, flag: str, minimum: int = 1) -> i
     if value < minimum:
         raise UsageError(f"{flag} {value} is too small", f"use {flag} {minimum} or more")
     return value
-
-
-@dataclass(frozen=True)
-class PlanOpener:
-    """The bench's `Opener`: every runtime and pool opens from the one plan (discovered and
-    checked once), on exactly the case's cores."""
-
-    plan: LaunchPlan
-    settings: NpuSettings
-    pipeline: ModelPipeline
-    rknnlite: RknnLiteFactory | None = None
-
-    def open_runtime(self, cores: frozenset[int] | None) -> BenchRuntime:
-        case_plan = self.plan if cores is None else dataclasses.replace(self.plan, groups=(cores,))
-        return open_plan(case_plan, self.settings.compatible_file, self.rknnlite)[0]
-
-    def open_pool(self, case: BenchCase) -> StreamPool:
-        detector: StreamPool = Detector(
-            self.plan.model,
-            case.cores,
-            settings=self.settings,
-            rknnlite=self.rknnlite,
-            contexts_per_core=case.contexts_per_core,
-            workers="process" if case.workers == "process" else "thread",
-            conf=self.pipeline.conf_threshold,
-            iou=self.pipeline.iou_threshold,
-            pad=self.pipeline.pad_value,
-            launch_plan=self.plan,
-        )
-        return detector
 
 
 @dataclass(frozen=True)
