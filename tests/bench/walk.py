@@ -6,25 +6,25 @@ Method (dynamic taint, printed as numbers; not a test, run it by hand):
   RKNNLite installed as ``rknnlite.api`` (``-n 1 --warmup 1 --no-process-pool --no-progress``,
   so every case kind but the process pool runs, in this process).
 - Taint: the first ``argparse.Namespace`` any rknnlaunch function receives; what is tainted taints
-  its items and attribute values two levels down (None, bools and numbers are never tracked: their
-  identity means nothing), so an options object built from the flags is followed too. A call of
-  an rknnlaunch function with a tainted argument, a tainted ``self`` or a closure over a tainted
-  value is a *step* of the walk. (``--follow-results`` also taints what a step returns: the
-  arguments' consequences, the plan, runtimes, report... a far wider walk, printed for
-  curiosity.)
+  its items and attribute values two levels down (None, bools and ints are never tracked: their
+  identity means nothing; the walk passes ``--conf``/``--iou`` so floats of the user's are), so an
+  options object built from the flags is followed too. A call of an rknnlaunch function with a
+  tainted argument, a tainted ``self`` or a closure over a tainted value is a *step* of the walk,
+  and what a step returns is tainted too: the arguments' consequences (the plan, the cases, the
+  runtimes, the report). ``--arguments-only`` follows the flags' own values and nothing they
+  produce (a far narrower walk).
 - A step's *room* is its module (``--package``: its layer, ``rknnlaunch.bench``...). Each
-  distinct (caller room, callee room) pair between steps in different rooms is one *move*; a
-  move into a room that the walk had already visited before
-  that move first happened is a *return to a room already left* (a callback into the CLI, a second
-  trip into the runtime layer from another place...). Moves are counted once each, so loops over
-  frames do not inflate the figure.
+  distinct (caller room, callee room) pair between steps in different rooms is one *move*
+  (counted once, so loops over frames do not inflate the figures). A move into a room the walk
+  had visited before that move first happened is a *return to a room already left*; a
+  *callback* is the subset of those into a room still open lower on the call stack (the runner
+  calling back into the CLI or the code that started it).
 - Two figures: the whole walk, and the bench's walk: only the moves made by or into the bench's
-  own code (``rknnlaunch.cli._bench``, ``rknnlaunch.bench.*``), as the other layers' own calls
-  among themselves are theirs (the runtime reading the model, the pipeline using YOLO). The
-  target (issue 22) is the bench's walk at module granularity: at most 5 returns.
+  own code (``rknnlaunch.cli._bench``, ``rknnlaunch.bench.*``); the other layers' calls among
+  themselves are theirs (the runtime reading the model, the pipeline using YOLO).
 
-Run: ``python tests/bench/walk.py [--package] [--follow-results]`` (prints the moves in order
-and the two figures).
+Run: ``python tests/bench/walk.py [--package] [--arguments-only]`` (prints the moves in order,
+flagged, and the figures).
 """
 
 from __future__ import annotations
