@@ -80,7 +80,7 @@ def infer_case(folder: Path, frames: int, workers: str, gil_ms: float, per_core:
 
 def detect_case(folder: Path, frames: int, workers: str, gil_ms: float, per_core: int = 1) -> float:
     import rknnlaunch
-    from rknnlaunch.cli._bench import synthetic_frame
+    from rknnlaunch.bench import synthetic_frame
 
     model, settings = _setup_cached(folder)
     sim = _sim(folder, single_core_ms=SINGLE_CORE_MS, gil_ms=gil_ms, outputs="yolo", output_shapes=())

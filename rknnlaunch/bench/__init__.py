@@ -1,50 +1,22 @@
-"""The benchmark engine behind `rknnlaunch bench`: timed cases, statistics, tables, JSON and plots."""
+"""The benchmark behind `rknnlaunch bench`: its cases, runner, report and one run from its options."""
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._board import PublishedFigure, governor_warnings, published_figure, read_governors
-    from ._engine import (
-        TABLE_HEADER,
-        BenchCase,
-        BenchRuntime,
-        CaseResult,
-        OpenPool,
-        OpenRuntime,
-        StreamPool,
-        plain_table,
-        plot,
-        pool_case,
-        report_json,
-        run_cases,
-        single_case,
-        stream_case,
-        table_rows,
-    )
+    from ._report import TABLE_HEADER, BenchReport
+    from ._session import CPU_DEFAULTS, NPU_DEFAULTS, BenchOptions, prepare, synthetic_frame
 
 # What other layers may use, by defining module; imported on first use (PEP 562), so importing
 # the package costs nothing.
 _LAZY = {
-    "BenchCase": "._engine",
-    "BenchRuntime": "._engine",
-    "CaseResult": "._engine",
-    "OpenPool": "._engine",
-    "OpenRuntime": "._engine",
-    "StreamPool": "._engine",
-    "TABLE_HEADER": "._engine",
-    "plain_table": "._engine",
-    "plot": "._engine",
-    "pool_case": "._engine",
-    "report_json": "._engine",
-    "run_cases": "._engine",
-    "single_case": "._engine",
-    "stream_case": "._engine",
-    "table_rows": "._engine",
-    "PublishedFigure": "._board",
-    "governor_warnings": "._board",
-    "published_figure": "._board",
-    "read_governors": "._board",
+    "TABLE_HEADER": "._report",
+    "BenchReport": "._report",
+    "CPU_DEFAULTS": "._session",
+    "NPU_DEFAULTS": "._session",
+    "BenchOptions": "._session",
+    "prepare": "._session",
+    "synthetic_frame": "._session",
 }
 
 
@@ -57,23 +29,11 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "BenchCase",
-    "BenchRuntime",
-    "CaseResult",
-    "OpenPool",
-    "OpenRuntime",
-    "PublishedFigure",
-    "StreamPool",
+    "BenchOptions",
+    "BenchReport",
+    "CPU_DEFAULTS",
+    "NPU_DEFAULTS",
     "TABLE_HEADER",
-    "governor_warnings",
-    "plain_table",
-    "plot",
-    "pool_case",
-    "published_figure",
-    "read_governors",
-    "report_json",
-    "run_cases",
-    "single_case",
-    "stream_case",
-    "table_rows",
+    "prepare",
+    "synthetic_frame",
 ]

@@ -1,9 +1,9 @@
-"""The benchmark engine behind `rknnlaunch bench`: timed pre/infer/post per core set and for a pool.
+"""The bench's runner: timed pre/infer/post per case, through one `Opener`.
 
 Honest by construction: every iteration letterboxes the source image, runs the model and decodes
 its fresh outputs (nothing is cached across iterations), times with `time.perf_counter_ns`, and
-keeps warm-up iterations out of the statistics (they are reported separately). Runtimes come from
-an injected ``open_runtime(cores)`` factory, so the NPU path is testable with fakes.
+keeps warm-up iterations out of the statistics (they are reported separately). Runtimes and pools
+come from an injected `Opener`, so the NPU path is testable with fakes.
 """
 
 from __future__ import annotations
@@ -14,17 +14,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from .._errors import BackendUnavailableError, RknnLaunchError
-from ..npu import format_cores
 from ..yolo import Letterboxer, YoloDecoder
+from ._cases import BenchCase
 
 STAGES = ("pre", "infer", "post", "total")
-SCHEMA = "rknnlaunch.bench/2"
 
 
 class BenchRuntime(Protocol):
@@ -65,52 +64,17 @@ class StreamPool(Protocol):
     def close(self) -> None: ...
 
 
-OpenPool = Callable[["BenchCase"], StreamPool]
-"""Opens a detector pool for a ``stream`` case (its workers and contexts per core)."""
+OpenPool = Callable[[BenchCase], StreamPool]
+"""Opens a detector pool for a ``stream`` case (`Opener.open_pool`)."""
 
 
-@dataclass(frozen=True)
-class BenchCase:
-    """One thing to measure: a single runtime on a core set, a pool of per-core runtimes driven by
-    bench threads (``pool``), or a `rknnlaunch.Detector` whose workers run every stage (``stream``)."""
+class Opener(Protocol):
+    """How the runner gets what it times: one runtime on a core set, or a detector pool for a
+    ``stream`` case (its workers and contexts per core)."""
 
-    name: str
-    kind: Literal["single", "pool", "stream"]
-    cores: frozenset[int] | None
-    """The cores of the single runtime (None: CPU), or all cores of the pool."""
-    instances: tuple[frozenset[int], ...] = ()
-    """Pool and stream: the core set of each context (one per core, or two)."""
-    threads: int = 1
-    workers: str = "thread"
-    """Stream only: ``thread`` or ``process`` workers."""
-    contexts_per_core: int = 1
+    def open_runtime(self, cores: frozenset[int] | None) -> BenchRuntime: ...
 
-
-def single_case(cores: frozenset[int] | None) -> BenchCase:
-    name = "cpu" if cores is None else f"cores {format_cores(cores)}"
-    return BenchCase(name, "single", cores)
-
-
-def pool_case(cores: frozenset[int], threads: int | None = None) -> BenchCase:
-    """One runtime per core of ``cores``, driven by ``threads`` threads (default: one per runtime)."""
-    instances = tuple(frozenset({core}) for core in sorted(cores))
-    count = threads if threads is not None else len(instances)
-    return BenchCase(f"pool {format_cores(cores)} x{count}t", "pool", frozenset(cores), instances, count)
-
-
-def stream_case(cores: frozenset[int], workers: str = "thread", contexts_per_core: int = 1) -> BenchCase:
-    """A `Detector` over ``cores``: one worker per context, every stage inside the workers."""
-    instances = tuple(frozenset({core}) for core in sorted(cores)) * contexts_per_core
-    how = "processes" if workers == "process" else f"x{contexts_per_core}/core"
-    return BenchCase(
-        f"pool {format_cores(cores)} {how}",
-        "stream",
-        frozenset(cores),
-        instances,
-        len(instances),
-        workers,
-        contexts_per_core,
-    )
+    def open_pool(self, case: BenchCase) -> StreamPool: ...
 
 
 @dataclass
@@ -355,163 +319,30 @@ def run_stream(
     return result
 
 
-def efficiencies(results: Sequence[CaseResult]) -> dict[str, float]:
-    """Pool FPS / the sum of the single-core cases' FPS, for each pool case (the NPU's limit is the
-    sum of what each core does alone; 1.0 = every core kept as busy as it can be)."""
-    single = sum(
-        r.fps
-        for r in results
-        if r.case.kind == "single" and r.case.cores and len(r.case.cores) == 1 and not r.error
-    )
-    if single <= 0:
-        return {}
-    return {r.case.name: r.fps / single for r in results if r.case.kind != "single" and r.error is None}
-
-
 def run_cases(
     cases: Sequence[BenchCase],
-    open_runtime: OpenRuntime,
+    opener: Opener,
     image: npt.NDArray[np.uint8],
     make_pipeline: MakePipeline,
     warmup: int,
     iterations: int,
     progress: Progress | None = None,
-    open_pool: OpenPool | None = None,
 ) -> list[CaseResult]:
     """Run every case in turn. A case whose runtime fails to open or run is recorded with its
     error (the message says what to do) and the others still run; a missing backend (no
     rknn-toolkit-lite2 / onnxruntime) stops the run at once, as no case could succeed."""
     results = []
     for case in cases:
-        runner = run_pool if case.kind == "pool" else run_single
         try:
             if case.kind == "stream":
-                if open_pool is None:
-                    raise BackendUnavailableError(f"case {case.name} needs a pool opener", None)
-                results.append(run_stream(case, open_pool, image, warmup, iterations, progress))
-                continue
-            results.append(runner(case, open_runtime, image, make_pipeline, warmup, iterations, progress))
+                results.append(run_stream(case, opener.open_pool, image, warmup, iterations, progress))
+            else:
+                runner = run_pool if case.kind == "pool" else run_single
+                results.append(
+                    runner(case, opener.open_runtime, image, make_pipeline, warmup, iterations, progress)
+                )
         except BackendUnavailableError:
             raise
         except RknnLaunchError as exc:
             results.append(CaseResult(case, error=str(exc)))
     return results
-
-
-def case_json(result: CaseResult, efficiency: float | None = None) -> dict[str, Any]:
-    """One case of the JSON report (see `report_json`)."""
-    case = result.case
-    return {
-        "name": case.name,
-        "kind": case.kind,
-        "cores": None if case.cores is None else sorted(case.cores),
-        "instances": [sorted(cores) for cores in case.instances],
-        "threads": case.threads,
-        "workers": case.workers if case.kind == "stream" else "thread",
-        "contexts_per_core": case.contexts_per_core,
-        "label": result.label,
-        "error": result.error,
-        "warmup_iterations": len(result.warmup_ns),
-        "iterations": result.iterations,
-        "wall_ns": result.wall_ns,
-        "fps": result.fps,
-        "efficiency": efficiency,
-        "detections_last_frame": result.detections,
-        "stats": result.stats(),
-        "raw_ns": {name: list(result.stage(name)) for name in STAGES} | {"warmup": list(result.warmup_ns)},
-    }
-
-
-def report_json(results: Sequence[CaseResult], context: dict[str, Any]) -> dict[str, Any]:
-    """The `--json` document: ``context`` (backend, host, npu, runtime, model, image, settings)
-    plus ``schema`` and one entry per case under ``cases``."""
-    shares = efficiencies(results)
-    cases = [case_json(result, shares.get(result.case.name)) for result in results]
-    return {"schema": SCHEMA, **context, "cases": cases}
-
-
-def table_rows(results: Sequence[CaseResult]) -> list[list[str]]:
-    """Rows of the end-of-run table: case, FPS, then p50/p90/p99 of each stage in ms."""
-    rows = []
-    shares = efficiencies(results)
-    for result in results:
-        if result.error is not None:
-            rows.append([result.case.name, "failed", "", result.error.splitlines()[0]])
-            continue
-        stats = result.stats()
-        share = shares.get(result.case.name)
-        row = [result.case.name, f"{result.fps:.1f}", "" if share is None else f"{share:.0%}"]
-        for name in STAGES:
-            s = stats[name]
-            row.append("/".join(_ms(s[key]) for key in ("p50_ms", "p90_ms", "p99_ms")))
-        row.append(str(result.detections))
-        rows.append(row)
-    return rows
-
-
-def _ms(value: float) -> str:
-    """Three significant digits or so: 0.412, 12.4, 703."""
-    return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
-
-
-TABLE_HEADER = [
-    "case",
-    "FPS",
-    "efficiency",
-    "pre ms p50/p90/p99",
-    "infer ms p50/p90/p99",
-    "post ms p50/p90/p99",
-    "total ms p50/p90/p99",
-    "dets",
-]
-
-
-def plain_table(results: Sequence[CaseResult]) -> str:
-    """The table as aligned plain text (when rich is not installed)."""
-    rows = [TABLE_HEADER, *table_rows(results)]
-    widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(len(TABLE_HEADER))]
-    return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)
-
-
-def plot(results: Sequence[CaseResult], path: str, title: str) -> None:
-    """Write a PNG: total-latency distribution per case (left) and throughput per case (right)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ok = [r for r in results if r.error is None and r.iterations]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
-    try:
-        names = [r.case.name for r in ok]
-        if ok:
-            data = [np.asarray(r.total_ns, np.float64) / 1e6 for r in ok]
-            parts = left.violinplot(data, showmedians=True, showextrema=True)
-            for body, result in zip(parts["bodies"], ok, strict=True):
-                body.set_facecolor("tab:orange" if result.case.kind == "pool" else "tab:blue")
-                body.set_alpha(0.6)
-            infer = [np.median(np.asarray(r.infer_ns, np.float64) / 1e6) for r in ok]
-            left.scatter(
-                range(1, len(ok) + 1), infer, marker="_", s=300, color="black", zorder=3, label="infer p50"
-            )
-            left.legend(loc="upper left", fontsize=8)
-            left.set_xticks(range(1, len(ok) + 1), names, rotation=20, ha="right")
-            fps = [r.fps for r in ok]
-            colours = ["tab:orange" if r.case.kind == "pool" else "tab:blue" for r in ok]
-            bars = right.bar(range(len(ok)), fps, color=colours)
-            right.bar_label(bars, fmt="%.1f", fontsize=8)
-            right.set_xticks(range(len(ok)), names, rotation=20, ha="right")
-        else:
-            left.text(0.5, 0.5, "no successful case", ha="center", va="center", transform=left.transAxes)
-        left.set_ylabel("latency per frame, ms (pre + infer + post)")
-        left.set_title("latency distribution")
-        left.set_ylim(bottom=0)
-        left.grid(axis="y", alpha=0.3)
-        right.set_ylabel("frames per second")
-        right.set_title("throughput (pool in orange)")
-        right.grid(axis="y", alpha=0.3)
-        fig.suptitle(title, fontsize=10)
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-    finally:
-        plt.close(fig)

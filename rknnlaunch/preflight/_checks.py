@@ -45,6 +45,10 @@ SCHEMA = "rknnlaunch.doctor/1"
 MIN_DRIVER = "0.9.2"
 TOOLKIT_DISTRIBUTION = "rknn-toolkit-lite2"
 
+NPU_RUNTIME_CHECKS = ("librknnrt", "rknn-toolkit-lite2", "device-tree")
+"""The checks of what RKNNLite needs beside the NPU: skipped, not failed, when no NPU is found."""
+NO_NPU_SKIP = "not checked: no NPU found (see the npu check)"
+
 DeviceOpener = Callable[[Path], None]
 ToolkitVersion = Callable[[], str | None]
 
@@ -496,12 +500,17 @@ def run_checks(
     results.append(check_allocation(settings, found))
     results.append(check_device_nodes(settings, host, found, opener))
     results.append(check_driver(found))
-    results.append(check_librknnrt(host, found, settings.librknnrt_source))
-    results.append(check_toolkit(toolkit_version))
-    results.append(check_device_tree(settings, host))
-    docker = check_docker_render_node(host) if found.info is not None else None
-    if docker is not None:
-        results.append(docker)
+    if found.info is None:
+        # One cause, one result: with no NPU here, what RKNNLite would need next to it is moot
+        # (and on a PC the fixes would send users after a device tree that does not exist).
+        results.extend(CheckResult(check, "skip", NO_NPU_SKIP) for check in NPU_RUNTIME_CHECKS)
+    else:
+        results.append(check_librknnrt(host, found, settings.librknnrt_source))
+        results.append(check_toolkit(toolkit_version))
+        results.append(check_device_tree(settings, host))
+        docker = check_docker_render_node(host)
+        if docker is not None:
+            results.append(docker)
     if model is not None:
         results.extend(check_model(model, found))
     return results

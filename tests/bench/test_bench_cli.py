@@ -224,7 +224,17 @@ def test_bad_arguments_are_usage_errors(rk3588: tuple[HostRoot, Path], tmp_path:
     with pytest.raises(UsageError, match=r"--plot .* does not exist"):
         run_npu(host, model, "--plot", str(tmp_path / "no" / "such" / "b.png"))
     assert FakeRknnLite.instances == []
-    assert main(["bench", "--model", str(tmp_path / "missing.rknn")]) == 1
+    # A path on the command line that is not there is a usage error (2), as a missing --image is
+    # (the exit-code table in rknnlaunch/_entry.py); a model that is there but broken stays 1.
+    assert main(["bench", "--model", str(tmp_path / "missing.rknn")]) == 2
+    assert main(["bench", "--model", str(tmp_path / "missing.rknn"), "--image", "nope.jpg"]) == 2
+    (tmp_path / "broken.rknn").write_bytes(b"not a model")
+    assert main(["bench", "--model", str(tmp_path / "broken.rknn")]) == 1
+    # The messages say the minimum each flag takes: --warmup 0 is fine, -n and --threads need 1.
+    with pytest.raises(UsageError, match="use --warmup 0 or more"):
+        run_npu(host, model, "--warmup", "-1")
+    with pytest.raises(UsageError, match="use -n 1 or more"):
+        run_npu(host, model, "-n", "0")
     assert main(["bench", "--backend", "gpu"]) == 2
     assert main(["bench", "--backend", "cpu", "--threads", "0"]) == 2  # refused before the model is looked at
 

@@ -14,7 +14,7 @@ from fakehost import link, write
 from rknnlaunch.cli._main import main
 from rknnlaunch.npu import HostRoot
 from rknnlaunch.npu._librknnrt import find_librknnrt, parse_librknnrt_version
-from rknnlaunch.preflight._checks import CheckResult, exit_code, run_checks
+from rknnlaunch.preflight._checks import NPU_RUNTIME_CHECKS, CheckResult, exit_code, report_text, run_checks
 from rknnlaunch.settings._env import load_settings
 
 HostFactory = Callable[[str], HostRoot]
@@ -166,7 +166,20 @@ def test_masked_device_tree_and_the_plugin_replacement(host_factory: HostFactory
     assert results["device-tree"].status == "ok" and results["device-tree"].details["redirected"]
     assert results["npu"].status == "ok"  # discovery reads the replacement too
     write(host.root, "/run/rknpu/compatible", b"brcm,bcm2712\0")
-    assert checks(host, RKNN_NPU_COMPATIBLE_FILE="/run/rknpu/compatible")["device-tree"].status == "fail"
+    results = checks(host, RKNN_NPU_COMPATIBLE_FILE="/run/rknpu/compatible")
+    # Not a Rockchip SoC: the npu check says so, once; the runtime's checks are not run.
+    assert (results["npu"].status, results["device-tree"].status) == ("fail", "skip")
+
+
+def test_a_machine_without_an_npu_gets_one_result_for_one_cause(host_factory: HostFactory) -> None:
+    """A plain x86 PC: one FAIL (no NPU) with its fix; nothing else failing or warning for the same
+    cause, and no docker mount suggested for a device tree that does not exist."""
+    results = checks(host_factory("no-npu"), toolkit=None)
+    failing = {check: r.status for check, r in results.items() if r.status in ("fail", "warn")}
+    assert failing == {"npu": "fail"}
+    assert all(results[check].summary.startswith("not checked: no NPU found") for check in NPU_RUNTIME_CHECKS)
+    text = report_text(list(results.values()), "/")
+    assert "result: fail (1 check(s) failed)" in text and "docker" not in text
 
 
 def test_docker_render_node_rule(host_factory: HostFactory) -> None:

@@ -117,11 +117,20 @@ class ExporterSettings(BaseSettings):
         return max(self.interval * _EXPIRY_INTERVALS, _MIN_EXPIRY_SECONDS)
 
 
+HELP_DESCRIPTION = """\
+NPU metrics, NFD labels and a node-exporter textfile, without the device plugin.
+
+For nodes where the device plugin runs without --metrics-address (or not at all): serves the
+same NPU metrics (load, clock, pod attribution) over HTTP and/or rewrites the NFD feature file and
+the textfile every --interval seconds. Flags override RKNPU_EXPORTER_* variables.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """One flag per settings field; unset flags fall back to RKNPU_EXPORTER_* and then defaults."""
     parser = UsageParser(
         prog=PROG,
-        description=__doc__,
+        description=HELP_DESCRIPTION,
         argument_default=argparse.SUPPRESS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
