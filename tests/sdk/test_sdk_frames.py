@@ -47,7 +47,7 @@ def multi_frame(value: float = 3.0) -> list[np.ndarray]:
 
 
 def test_the_real_headers_say_what_a_frame_is() -> None:
-    """What rknn-toolkit2 2.5.0 wrote, read as the runtime exchanges it (docs/hardware.md#real-rknn-headers)."""
+    """What toolkit2 2.5.0 wrote, read as the runtime exchanges it (docs/hardware.md#real-rknn-headers)."""
     image = read_rknn(IMAGE_I8).inputs[0]
     assert (image.shape, image.layout, image.dtype) == ((1, 3, 16, 16), "NHWC", "int8")
     assert input_specs(read_rknn(IMAGE_I8).inputs) == (InputSpec("images", (1, 16, 16, 3), "int8", True),)
