@@ -94,7 +94,11 @@ def build(onnx_path: Path, out: Path, quantise: bool, image: bool, custom: str) 
 
 
 def main() -> None:
-    folder = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent)
+    main_into(Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent))
+
+
+def main_into(folder: Path) -> None:
+    """Write every tiny model into ``folder``."""
     image_onnx(folder / "tiny_image.onnx")
     multi_onnx(folder / "tiny_multi.onnx")
     build(folder / "tiny_image.onnx", folder / "tiny_image_fp16.rknn", False, True, "tiny image fp16")
