@@ -15,8 +15,8 @@ import numpy.typing as npt
 
 from .._entry import check_output_folder
 from .._errors import UsageError
-from .._version import __version__
 from .._files import require_file
+from .._version import __version__
 from ..model import resolve_model, sha256
 from ..npu import LIBRKNNRT_PATH, HostRoot, find_librknnrt, format_cores
 from ..pipeline import ModelPipeline

@@ -23,13 +23,14 @@ if TYPE_CHECKING:
         resolve_model,
         sha256,
     )
-    from ._rknnfile import RknnModelInfo, read_rknn
+    from ._rknnfile import RknnModelInfo, TensorInfo, read_rknn
 
 # What other layers may use, by defining module; imported on first use (PEP 562): pydantic models
 # are built on import of `._facts`, and only code that reads model facts pays for them
 # (`rknnlaunch run`, every container's ENTRYPOINT, must not); the device plugin's probe reads
 # .rknn headers (`read_rknn`) without numpy.
 _LAZY = {
+    "TensorInfo": "._rknnfile",
     "FACTS_KEY": "._facts",
     "FACTS_SCHEMA": "._facts",
     "ModelFacts": "._facts",
@@ -57,6 +58,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "TensorInfo",
     "FACTS_KEY",
     "FACTS_SCHEMA",
     "ModelFacts",

@@ -25,6 +25,7 @@ from ._librknnrt import LIBRKNNRT_PATH, Librknnrt, find_librknnrt, librknnrt_sou
 from ._masks import (
     ALL,
     AUTO,
+    MAX_CORES,
     CoreSet,
     cores_to_mask,
     format_cores,
@@ -41,6 +42,7 @@ from ._masks import (
 from ._soc import SOCS, SocSpec, models_compatible, soc_by_name, soc_from_compatible, split_compatible
 
 __all__ = [
+    "MAX_CORES",
     "ALL",
     "AUTO",
     "COMPATIBLE_PATH",

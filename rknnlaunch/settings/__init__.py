@@ -10,6 +10,7 @@ if TYPE_CHECKING:
         discover_npu,
         find_npu,
         normalised_env,
+        requested_cores,
         resolve_allocation,
         select_cores,
     )
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 # What other layers may use, by defining module; imported on first use (PEP 562), so importing
 # the package costs nothing.
 _LAZY = {
+    "requested_cores": "._allocation",
     "Allocation": "._allocation",
     "ENV_NAMES": "._env",
     "NpuSettings": "._env",
@@ -40,6 +42,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "requested_cores",
     "Allocation",
     "ENV_NAMES",
     "NpuSettings",
