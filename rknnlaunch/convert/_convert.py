@@ -267,7 +267,11 @@ def convert(
                 progress(f"[1/{steps}] loading {request.onnx.name} for {target} ({width}x{height})")
                 instance = _configured(factory, runner, request, target, facts_base, onnx, width, height)
                 progress(f"[2/{steps}] calibrating int8 on {len(frames)} images (a few minutes on a laptop)")
-                assert dataset is not None
+                if dataset is None:  # image_files refuses an empty folder; kept explicit for -O
+                    raise UsageError(
+                        "int8 needs calibration images and none were decoded",
+                        "pass --quant-images DIR with 20-200 photos of the scenes the model sees",
+                    )
                 with _chdir(work):
                     step1 = instance
                     runner.run(
