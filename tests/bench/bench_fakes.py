@@ -11,7 +11,7 @@ import numpy as np
 from sdk.rknnfile_builder import write_rknn as write_rknn_file
 
 from rknnlaunch.npu import runtime_effective_mask, soc_by_name
-from rknnlaunch.yolo._synth import SynthObject, encode_rknn
+from rknnlaunch.yolo.testing import SynthObject, encode_rknn
 
 # What the fake model "sees": two objects, in 640x640 input pixels.
 OBJECTS = [

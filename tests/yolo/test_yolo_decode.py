@@ -16,7 +16,7 @@ from rknnlaunch.yolo import (
     geometry,
     postprocess,
 )
-from rknnlaunch.yolo._synth import (
+from rknnlaunch.yolo.testing import (
     SynthObject,
     dfl_logits,
     encode_rknn,
