@@ -34,8 +34,8 @@ class PlanOpener:
             rknnlite=self.rknnlite,
             contexts_per_core=case.contexts_per_core,
             workers="process" if case.workers == "process" else "thread",
-            conf=self.pipeline.conf_threshold,
-            iou=self.pipeline.iou_threshold,
+            conf=self.pipeline.conf,
+            iou=self.pipeline.iou,
             pad=self.pipeline.pad_value,
             launch_plan=self.plan,
         )

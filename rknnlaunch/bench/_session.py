@@ -164,8 +164,8 @@ class Bench:
             "settings": {
                 "warmup": self.warmup,
                 "iterations": self.iterations,
-                "conf_threshold": pipeline.conf_threshold,
-                "iou_threshold": pipeline.iou_threshold,
+                "conf_threshold": pipeline.conf,
+                "iou_threshold": pipeline.iou,
                 "pad_value": pipeline.pad_value,
                 "input_width": pipeline.input_width,
                 "input_height": pipeline.input_height,

@@ -56,7 +56,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--conf", type=float, default=0.25, help="confidence threshold (0.25)")
     parser.add_argument("--iou", type=float, default=0.45, help="NMS IoU threshold (0.45)")
-    parser.add_argument("--pad", type=int, help="letterbox pad value (default 114 for .onnx, 0 for .rknn)")
+    parser.add_argument(
+        "--pad", type=int, help="letterbox pad value (default: the model's, docs/yolo.md#letterbox-pad)"
+    )
     parser.add_argument("--json", metavar="FILE", help="write the full report (raw latencies) as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="write a latency/throughput plot")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from .._errors import ModelError, UsageError
 from .._files import require_file
-from ..model import ModelFacts, encode_custom_string
+from ..model import CUSTOM_STRING_LIMIT, ModelFacts, PackedFacts, names_file_for, pack_facts
 from ..validate import decode_all, image_files
 from ._plan import (
     GraphNode,
@@ -76,6 +76,8 @@ class Converted:
     float_tail: tuple[str, ...] = ()
     """Tensors kept in float16 (int8-hybrid), as the toolkit's optimised graph names them."""
     toolkit: ToolkitLike | None = field(default=None, repr=False)
+    names_file: Path | None = None
+    """The class names beside the model, when they did not fit in the toolkit's custom string."""
     _runtime_ready: bool = False
 
     def infer(self, nhwc: npt.NDArray[np.uint8]) -> list[npt.NDArray[Any]]:
@@ -170,6 +172,18 @@ def _class_names(metadata: dict[str, str], output_shapes: Sequence[tuple[int, ..
     return list(COCO_NAMES) if count == len(COCO_NAMES) else [f"class{i}" for i in range(count)]
 
 
+def quantization_choice(outputs: int, layout: str, fp16: bool) -> tuple[str, str]:
+    """How `convert` builds a model with this many outputs: (quantization, why), as printed."""
+    if fp16:
+        return "fp16", "float16 throughout (--fp16)"
+    if outputs == 1:
+        return "int8-hybrid", (
+            "int8 with the head's tail in float16 (hybrid quantisation): a single [1, 4+nc, N] output in "
+            "int8 would give boxes and scores one scale and every score would round to 0"
+        )
+    return "int8", f"int8 ({layout}: boxes and scores are separate outputs)"
+
+
 def output_layout(onnx: OnnxFacts, width: int, height: int) -> str:
     """The decoder layout of the ONNX's outputs (dynamic dims filled from the input size)."""
     from ..yolo import detect_layout
@@ -180,6 +194,56 @@ def output_layout(onnx: OnnxFacts, width: int, height: int) -> str:
         return str(detect_layout(shapes))
     except UsageError as exc:
         raise ModelError(exc.problem, exc.fix) from None
+
+
+@dataclass(frozen=True)
+class ConvertPreview:
+    """What `rknnlaunch convert` would do with an ONNX, worked out without the toolkit (`model inspect`)."""
+
+    command: str
+    """The command line to run (int8 with calibration images; --fp16 needs none)."""
+    input_size: tuple[int, int] | None = None
+    layout: str | None = None
+    quantization: str | None = None
+    """Without --fp16: ``int8-hybrid`` (one output) or ``int8`` (split heads)."""
+    why: str | None = None
+    names_form: str | None = None
+    """Where the class names would go: ``list``, ``z85`` or ``file`` (docs/convert.md#class-names)."""
+    problem: str | None = None
+    """Set when convert would refuse the model (with ``fix``)."""
+    fix: str | None = None
+
+
+def preview_convert(path: Path, target: str = "rk3588") -> ConvertPreview:
+    """`convert`'s decisions for ``path`` (its checks, layout, quantisation, names) without running it."""
+    from .._errors import RknnLaunchError
+
+    command = f"rknnlaunch convert {path.name} --target {target} --quant-images CALIBRATION_DIR"
+    try:
+        onnx = read_onnx(path)
+        width, height = input_size(onnx.input_shape, None, onnx.input_name)
+    except RknnLaunchError as exc:
+        return ConvertPreview(command, problem=exc.problem, fix=exc.fix)
+    try:
+        layout = output_layout(onnx, width, height)
+    except RknnLaunchError as exc:
+        return ConvertPreview(command, (width, height), problem=exc.problem, fix=exc.fix)
+    quantization, why = quantization_choice(len(onnx.output_names), layout, fp16=False)
+    facts = ModelFacts.model_validate(
+        {
+            "class_names": list(onnx.class_names),
+            "input_size": (width, height),
+            "pad_value": 114,
+            "output_layout": layout,
+            "quantization": quantization,
+            "source_onnx_sha256": onnx.sha256,
+            "calibration_sha256": "0" * 64,
+            "calibration_images": 100,
+            "toolkit_version": "2.5.0",
+        }
+    )
+    names_form = pack_facts(facts, names_file_for(default_output(path, target, False)).name).names_form
+    return ConvertPreview(command, (width, height), layout, quantization, why, names_form)
 
 
 @contextlib.contextmanager
@@ -228,17 +292,7 @@ def convert(
     frames = decode_all(calibration, "--quant-images") if calibration else []
     factory = toolkit or load_toolkit()
 
-    single = len(onnx.output_names) == 1
-    if request.fp16:
-        quantization, choice = "fp16", "float16 throughout (--fp16)"
-    elif single:
-        quantization = "int8-hybrid"
-        choice = (
-            "int8 with the head's tail in float16 (hybrid quantisation): a single [1, 4+nc, N] output in "
-            "int8 would give boxes and scores one scale and every score would round to 0"
-        )
-    else:
-        quantization, choice = "int8", f"int8 ({layout}: boxes and scores are separate outputs)"
+    quantization, choice = quantization_choice(len(onnx.output_names), layout, request.fp16)
     facts_base: dict[str, Any] = {
         "class_names": list(onnx.class_names),
         "input_size": (width, height),
@@ -252,9 +306,25 @@ def convert(
         "calibration_images": len(calibration),
         "toolkit_version": toolkit_version(),
     }
+    # Packed now, before the toolkit's long work: the names go in the first form that fits the
+    # toolkit's custom string (a list, compressed, or a file beside the model).
+    packed = pack_facts(ModelFacts.model_validate(facts_base), names_file_for(output).name)
+    if packed.names_form == "z85":
+        progress(
+            f"class names: {len(onnx.class_names)} names compressed (zlib + base85) to fit rknn-toolkit2's "
+            f"{CUSTOM_STRING_LIMIT}-character custom string"
+        )
+    elif packed.names_form == "file":
+        progress(
+            f"class names: {len(onnx.class_names)} names do not fit in rknn-toolkit2's "
+            f"{CUSTOM_STRING_LIMIT}-character custom string even compressed; they go to "
+            f"{names_file_for(output).name} beside the model: ship both files together"
+        )
     runner = StageRunner(request.verbose)
     steps = 4 if request.fp16 else 5
     temp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+    names_file = names_file_for(output) if packed.names_file_text is not None else None
+    names_temp = output.with_name(f".{names_file_for(output).name}.{os.getpid()}.tmp")
     instance: ToolkitLike | None = None
     try:
         with tempfile.TemporaryDirectory(prefix="rknnlaunch-convert-") as work_dir:
@@ -265,9 +335,13 @@ def convert(
                 # Which tensors stay float16 is known only after the toolkit optimised the graph
                 # (it renames tensors), so a first pass writes that graph and the quantisation table.
                 progress(f"[1/{steps}] loading {request.onnx.name} for {target} ({width}x{height})")
-                instance = _configured(factory, runner, request, target, facts_base, onnx, width, height)
+                instance = _configured(factory, runner, request, target, packed, onnx, width, height)
                 progress(f"[2/{steps}] calibrating int8 on {len(frames)} images (a few minutes on a laptop)")
-                assert dataset is not None
+                if dataset is None:  # image_files refuses an empty folder; kept explicit for -O
+                    raise UsageError(
+                        "int8 needs calibration images and none were decoded",
+                        "pass --quant-images DIR with 20-200 photos of the scenes the model sees",
+                    )
                 with _chdir(work):
                     step1 = instance
                     runner.run(
@@ -298,7 +372,7 @@ def convert(
                 )
             else:
                 progress(f"[1/{steps}] loading {request.onnx.name} for {target} ({width}x{height})")
-                instance = _configured(factory, runner, request, target, facts_base, onnx, width, height)
+                instance = _configured(factory, runner, request, target, packed, onnx, width, height)
                 progress(f"[2/{steps}] compiling ({choice})")
                 built = instance
                 runner.run(
@@ -314,15 +388,22 @@ def convert(
             runner.run("export", "export the .rknn", lambda: exporter.export_rknn(str(temp)))
             if not temp.is_file():
                 raise ModelError("rknn-toolkit2 reported success but wrote no .rknn", "rerun with --verbose")
+            if names_file is not None and packed.names_file_text is not None:
+                names_temp.write_text(packed.names_file_text, encoding="utf-8")
+                os.replace(names_temp, names_file)
             os.replace(temp, output)
         progress(f"[{steps}/{steps}] done in {time.monotonic() - started:.0f} s: {output}")
-        result = Converted(output, facts, runner.summary(), choice, time.monotonic() - started, tail)
+        result = Converted(
+            output, facts, runner.summary(), choice, time.monotonic() - started, tail, names_file=names_file
+        )
         if keep_simulator:
             result.toolkit, instance = instance, None
         return result
     finally:
         with contextlib.suppress(OSError):
             temp.unlink()
+        with contextlib.suppress(OSError):
+            names_temp.unlink()
         if instance is not None:
             with contextlib.suppress(Exception):
                 instance.release()
@@ -333,14 +414,14 @@ def _configured(
     runner: StageRunner,
     request: ConvertRequest,
     target: str,
-    facts_base: dict[str, Any],
+    packed: PackedFacts,
     onnx: OnnxFacts,
     width: int,
     height: int,
 ) -> ToolkitLike:
     """A toolkit instance set up for our letterbox (uint8 RGB in, (x - mean) / std), the ONNX loaded."""
     instance: ToolkitLike = runner.run("load", "start rknn-toolkit2", factory)
-    custom = encode_custom_string(ModelFacts.model_validate(facts_base))
+    custom = packed.custom_string
     runner.run(
         "config",
         "configure",

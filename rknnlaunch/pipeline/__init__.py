@@ -5,11 +5,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._detector import Detector, DetectResult, StageTimings
-    from ._spec import ModelPipeline
+    from ._spec import ModelPipeline, choose_pad, head_plan, shown_names
 
 # What other layers may use, by defining module; imported on first use (PEP 562), so importing
 # the package costs nothing.
 _LAZY = {
+    "shown_names": "._spec",
+    "head_plan": "._spec",
+    "choose_pad": "._spec",
     "DetectResult": "._detector",
     "Detector": "._detector",
     "ModelPipeline": "._spec",
@@ -26,6 +29,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "shown_names",
+    "head_plan",
+    "choose_pad",
     "DetectResult",
     "Detector",
     "ModelPipeline",

@@ -16,13 +16,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from .._errors import UsageError
-from ..model import class_names, resolve_model
+from ..model import class_names, read_rknn, resolve_model
 from ..runtime import (
     DEPTH,
     CpuAffinity,
@@ -35,7 +35,7 @@ from ..runtime import (
 )
 from ..settings import NpuSettings
 from ..yolo import Detections, MaskResolution, class_count
-from ._spec import ModelPipeline
+from ._spec import ModelPipeline, shown_names
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,7 @@ class DetectTask:
             _one_opencv_thread()  # one process per context already fills the CPUs
         label = runtime.label
         classes: list[int | None] = []
+        names: list[tuple[str, ...] | None] = []
 
         def detect(frame: np.ndarray[Any, Any]) -> _WorkerResult:
             started = time.perf_counter()
@@ -103,6 +104,9 @@ class DetectTask:
                     classes.append(class_count([tuple(output.shape) for output in outputs]))
                 except UsageError:
                     classes.append(None)
+                names.append(shown_names(found.names, classes[0]))
+            if found.names is None and names[0] is not None:
+                found = replace(found, names=names[0])
             return _WorkerResult(
                 found, started, boxed - started, inferred - boxed, done - inferred, label, classes[0]
             )
@@ -167,6 +171,10 @@ class Detector(WorkerFront):
         masks: MaskResolution = "proto",
     ) -> None:
         path = resolve_model(model)
+        if path.suffix.lower() != ".onnx":
+            # Read first: a file that is no .rknn (bad magic, truncated) is named as such, not as a
+            # missing .onnx twin when the CPU backend looks for one.
+            read_rknn(path)
         if max_contexts is not None and max_contexts < 1:
             raise UsageError(f"max_contexts={max_contexts} opens nothing", "use 1 or more, or None for all")
 
@@ -193,7 +201,8 @@ class Detector(WorkerFront):
         )
         self._adopt(group)
         detect_task = group.task
-        assert isinstance(detect_task, DetectTask)
+        if not isinstance(detect_task, DetectTask):  # make_task above is the group's only factory
+            raise TypeError(f"the detector's worker task is {type(detect_task).__name__}, not DetectTask")
         self.pipeline: ModelPipeline = detect_task.pipeline
         self.class_names: list[str] | None = class_names(self.pipeline.metadata)
         self._count = 0

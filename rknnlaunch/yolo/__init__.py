@@ -15,8 +15,11 @@ The one factory::
 ``output_shapes`` are the model's output shapes, ``metadata`` its metadata mapping (optional
 keys ``task``, ``names``, ``imgsz``, ``stride``, ``layout``, ``kpt_shape``, ``anchors``,
 ``end2end``). Malformed outputs raise `ModelError` (exit 1) naming the tensor, its shape and what
-was expected; ``decoder.note`` says when other layouts fit the same shapes. `YoloDecoder` and
-`postprocess` are thin wrappers that detect the layout on each call.
+was expected; ``decoder.note`` says when other layouts fit the same shapes. `YoloDecoder(conf, iou,
+...)` detects the layout on each call and decodes with the `make_decoder` decoder for those shapes:
+what `Detector` and the CLI use. `postprocess` is a one-shot `YoloDecoder`. Thresholds are ``conf``
+and ``iou`` everywhere (``conf_threshold``/``iou_threshold`` are deprecated spellings).
+`rknnlaunch.yolo.testing` (test encoders: outputs for known objects) is a testing aid, not API.
 
 Pure numpy; OpenCV (the `vision` extra) is imported only when an image is resized or drawn.
 """
@@ -35,7 +38,7 @@ from ._decode import (
 )
 from ._draw import COCO_NAMES, COCO_SKELETON, class_name, draw_detections, image_masks
 from ._image import check_image_writable, opencv, read_image, write_image
-from ._layouts import TASKS, YOLOV5_ANCHORS, Task, class_names, parse_anchors
+from ._layouts import TASKS, YOLOV5_ANCHORS, Plan, Task, class_names, parse_anchors, plan_layout
 from ._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS, Letterboxer, geometry, letterbox
 from ._masks import MaskResolution
 from ._nms import iou_matrix, nms
@@ -43,6 +46,8 @@ from ._rotated import nms_rotated, rotated_iou_pairs
 from ._types import Detections, LetterboxInfo, mask_rle, rle_decode
 
 __all__ = [
+    "Plan",
+    "plan_layout",
     "COCO_NAMES",
     "COCO_SKELETON",
     "Decoder",
