@@ -1,0 +1,288 @@
+"""The real-model corpus through every user path, on outputs recorded from Rockchip's simulator.
+
+Recordings come from tests/realmodels/record.py (rknn-toolkit2's venv, run first by .ci/run's slow
+step); here, in the project's own venv, `ReplayRKNNLite` stands in for RKNNLite and answers each
+input tensor with the simulator's outputs for it. Pinned: `Pool` returns exactly those outputs,
+`Detector` / `rknnlaunch detect` exactly their decode; `bench` runs; `validate` against the ONNX on
+onnxruntime reports the same agreement the simulator run did, fp16 builds agree >= 0.95, and every
+build's agreement, verdict and likely cause is printed as a table (also written to
+``<cache>/corpus/report.txt``). The shipped .rknn files (BERT, nozcam), which no simulator runs,
+go through `model inspect`, `open` and `Pool` with a stand-in that checks inputs against their
+real headers. Missing recordings fail in strict mode (CI), and skip, loudly, elsewhere.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from realchecks import STRICT_OPTION
+from realmodels.corpus import CORPUS, by_name, cache_root, local_path, sha256_file
+from realmodels.replay import HeaderNpu, Recording, ReplayNpu, input_key
+
+from fakehost import write
+from rknnlaunch.npu import HostRoot
+from rknnlaunch.settings._env import NpuSettings, load_settings
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+BUILT = [(model.name, build) for model in CORPUS if model.kind == "onnx" for build in ("fp16", "int8")]
+SHIPPED = [model.name for model in CORPUS if model.kind == "rknn"]
+FP16_MIN_AGREEMENT = 0.95
+ROWS: list[dict[str, Any]] = []
+
+
+def missing(request: pytest.FixtureRequest, what: str) -> None:
+    message = f"{what}: run python tests/realmodels/record.py in the rknn-toolkit2 venv first (.ci/run does)"
+    if request.config.getoption(STRICT_OPTION):
+        pytest.fail(f"no recording: {message}")
+    pytest.skip(f"no recording: {message}")
+
+
+@pytest.fixture(params=BUILT, ids=[f"{name}-{build}" for name, build in BUILT])
+def recording(request: pytest.FixtureRequest) -> Recording:
+    name, build = request.param
+    index = cache_root() / "recordings" / f"{name}-{build}.json"
+    if not index.is_file():
+        missing(request, f"{name} {build} ({index})")
+    folder = Path(json.loads(index.read_text())["folder"])
+    if not (folder / "manifest.json").is_file():
+        missing(request, f"{name} {build} ({folder})")
+    return Recording.load(folder)
+
+
+@pytest.fixture
+def settings(host_factory: Callable[[str], HostRoot]) -> NpuSettings:
+    host = host_factory("rk3588-drm")
+    write(
+        Path(host.root),
+        "/usr/lib/librknnrt.so",
+        b"\x7fELF\0librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)\0",
+    )
+    return load_settings({"RKNNLAUNCH_ROOT": str(host.root)})
+
+
+def photos(recording: Recording) -> Path:
+    return cache_root() / "photos"
+
+
+def onnx_of(recording: Recording) -> Path:
+    path = local_path(by_name(recording.manifest["model"]))
+    assert sha256_file(path) == recording.manifest["onnx_sha256"]
+    return path
+
+
+@pytest.mark.parametrize("workers", ["thread", "process"])
+def test_pool_returns_exactly_the_recorded_outputs(
+    recording: Recording, settings: NpuSettings, workers: str
+) -> None:
+    from rknnlaunch import Pool
+
+    keys = list(recording.sources("detector:"))
+    assert keys, "the recording has no Detector frames"
+    with Pool(
+        recording.model, settings=settings, rknnlite=ReplayNpu(str(recording.folder)), workers=workers
+    ) as pool:  # type: ignore[arg-type]
+        results = list(pool.map(recording.inputs[key][0] for key in keys))
+    for key, outputs in zip(keys, results, strict=True):
+        expected = recording.outputs[key]
+        assert [o.shape for o in outputs] == [e.shape for e in expected]
+        assert all(np.array_equal(o, e) for o, e in zip(outputs, expected, strict=True)), key
+
+
+def same(found: Any, expected: Any) -> bool:
+    for field in ("boxes", "scores", "class_ids", "masks", "keypoints", "angles"):
+        a, b = getattr(found, field), getattr(expected, field)
+        if (a is None) != (b is None) or (a is not None and not np.array_equal(a, b)):
+            return False
+    return True
+
+
+def expected_detections(recording: Recording, image: np.ndarray) -> Any:
+    """The decode of the recorded outputs for the tensor Detector makes of ``image``."""
+    from rknnlaunch.pipeline._spec import ModelPipeline
+
+    boxer, decoder = ModelPipeline.for_model(recording.model).stages()
+    tensor, info = boxer(image)
+    key = input_key([tensor])
+    assert key in recording.outputs, "Detector's letterbox made a tensor the recording does not have"
+    return decoder(recording.outputs[key], info)
+
+
+def test_detector_returns_exactly_the_decode_of_the_recorded_outputs(
+    recording: Recording, settings: NpuSettings
+) -> None:
+    import cv2
+
+    from rknnlaunch import Detector
+
+    images = [
+        cv2.imread(str(photos(recording) / name), cv2.IMREAD_COLOR) for name in recording.manifest["photos"]
+    ]
+    factory = ReplayNpu(str(recording.folder))
+    with Detector(recording.model, settings=settings, rknnlite=factory, workers="process") as detector:  # type: ignore[arg-type]
+        found = [detector(image) for image in images]
+    for name, image, result in zip(recording.manifest["photos"], images, found, strict=True):
+        assert same(result, expected_detections(recording, image)), name
+
+
+def test_detect_cli_prints_the_decode_of_the_recorded_outputs(
+    recording: Recording, settings: NpuSettings, tmp_path: Path
+) -> None:
+    import cv2
+
+    from rknnlaunch.cli import _detect
+    from rknnlaunch.cli._main import build_parser
+
+    image = photos(recording) / recording.manifest["photos"][0]
+    report = tmp_path / "found.json"
+    args = build_parser("detect").parse_args(
+        ["detect", "--model", str(recording.model), str(image), "--json"]
+    )
+    out = io.StringIO()
+    assert _detect.execute(args, settings, ReplayNpu(str(recording.folder)), out) == 0  # type: ignore[arg-type]
+    report.write_text(out.getvalue())
+    rows = json.loads(report.read_text())["detections"]
+    expected = expected_detections(recording, cv2.imread(str(image), cv2.IMREAD_COLOR))
+    assert len(rows) == len(expected)
+    assert [row["score"] for row in rows] == [round(float(s), 1) for s in expected.scores]
+
+
+def test_bench_runs_on_the_recorded_model(
+    recording: Recording, settings: NpuSettings, tmp_path: Path
+) -> None:
+    from rknnlaunch.cli import _bench
+    from rknnlaunch.cli._main import build_parser
+
+    report = tmp_path / "bench.json"
+    args = build_parser("bench").parse_args(
+        [
+            "bench",
+            "--model",
+            str(recording.model),
+            "--no-progress",
+            "-n",
+            "3",
+            "--warmup",
+            "1",
+            "--json",
+            str(report),
+        ]
+    )
+    out = io.StringIO()
+    assert _bench.execute(args, settings, ReplayNpu(str(recording.folder)), out) == 0, out.getvalue()  # type: ignore[arg-type]
+    assert json.loads(report.read_text())["cases"], out.getvalue()
+
+
+def test_validate_agrees_with_the_onnx_as_on_the_simulator(
+    recording: Recording, settings: NpuSettings, tmp_path: Path, table: list[dict[str, Any]]
+) -> None:
+    from rknnlaunch.cli import _validate
+    from rknnlaunch.cli._main import build_parser
+
+    report = tmp_path / "validate.json"
+    argv = ["validate", str(recording.model), "--reference", str(onnx_of(recording))]
+    args = build_parser("validate").parse_args(
+        [*argv, "--images", str(photos(recording)), "--json", str(report)]
+    )
+    out = io.StringIO()
+    code = _validate.execute(args, settings, ReplayNpu(str(recording.folder)), out)  # type: ignore[arg-type]
+    print(out.getvalue())
+    doc = json.loads(report.read_text())
+    simulator = json.loads((recording.folder / "validate-simulator.json").read_text())
+    total = doc["total"]
+    table.append(
+        {
+            "model": recording.manifest["model"],
+            "build": recording.manifest["quantization"],
+            "agreement": total["agreement"],
+            "mean_iou": total["mean_iou"],
+            "cosine_min": min(o["cosine_min"] for o in total["outputs"]),
+            "verdict": "PASS" if code == 0 else "FAIL",
+            "likely_cause": doc.get("likely_cause"),
+        }
+    )
+    assert total == simulator["total"], "replayed validate differs from the simulator's own run"
+    if recording.manifest["build"] == "fp16":
+        assert total["agreement"] >= FP16_MIN_AGREEMENT, out.getvalue()
+
+
+@pytest.fixture(scope="session")
+def table(request: pytest.FixtureRequest) -> Iterator[list[dict[str, Any]]]:
+    """validate's figures per build, printed at the end of the session and kept in report.txt."""
+    yield ROWS
+    if not ROWS:
+        return
+    lines = [
+        f"{'model':<22} {'build':<12} {'agreement':>9} {'mean IoU':>8} {'cos min':>8}  verdict  likely cause"
+    ]
+    for row in ROWS:
+        iou = "-" if row["mean_iou"] is None else f"{row['mean_iou']:.3f}"
+        lines.append(
+            f"{row['model']:<22} {row['build']:<12} {row['agreement']:>9.3f} {iou:>8} "
+            f"{row['cosine_min']:>8.4f}  {row['verdict']:<7}  {row['likely_cause'] or '-'}"
+        )
+    text = "\n".join(lines) + "\n"
+    (cache_root() / "report.txt").write_text(text)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(
+            "\n== corpus: validate on the replayed simulator outputs vs the ONNX on onnxruntime"
+        )
+        for line in lines:
+            reporter.write_line(line)
+
+
+@pytest.fixture(params=SHIPPED)
+def shipped(request: pytest.FixtureRequest) -> Path:
+    path = local_path(by_name(request.param))
+    if not path.is_file():
+        missing(request, f"{request.param} ({path}; python tests/realmodels/corpus.py fetches it)")
+    return path
+
+
+def header_inputs(model: Path) -> list[np.ndarray]:
+    from rknnlaunch.model._rknnfile import read_rknn
+
+    dtypes = {
+        "int8": np.int8,
+        "uint8": np.uint8,
+        "float16": np.float16,
+        "float32": np.float32,
+        "int64": np.int64,
+    }
+    tensors = read_rknn(model).inputs
+    return [np.ones(t.runtime_shape(), dtypes[str(t.dtype)]) for t in tensors]
+
+
+def test_model_inspect_reads_the_shipped_rknn(shipped: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rknnlaunch.cli._main import main
+
+    assert main(["model", "inspect", str(shipped)]) == 0
+    print(capsys.readouterr().out)
+
+
+def test_open_runs_the_shipped_rknn(shipped: Path, settings: NpuSettings) -> None:
+    import rknnlaunch
+
+    inputs = header_inputs(shipped)
+    frame: Any = inputs[0] if len(inputs) == 1 else inputs
+    with rknnlaunch.open(shipped, settings=settings, rknnlite=HeaderNpu(str(shipped))) as runtime:  # type: ignore[arg-type]
+        outputs = runtime.infer(frame)
+    assert outputs and all(np.asarray(o).size for o in outputs)
+
+
+@pytest.mark.parametrize("workers", ["thread", "process"])
+def test_pool_runs_the_shipped_rknn(shipped: Path, settings: NpuSettings, workers: str) -> None:
+    from rknnlaunch import Pool
+
+    inputs = header_inputs(shipped)
+    frame: Any = inputs[0][0] if len(inputs) == 1 else inputs
+    with Pool(shipped, settings=settings, rknnlite=HeaderNpu(str(shipped)), workers=workers) as pool:  # type: ignore[arg-type]
+        outputs = pool.infer(frame)
+    assert outputs and all(np.asarray(o).size for o in outputs)
