@@ -45,7 +45,10 @@ class ModelFacts(BaseModel):
     std: tuple[float, float, float] = (255.0, 255.0, 255.0)
     pad_value: Annotated[StrictInt, Field(ge=0, le=255)]
     """Letterbox pad the model was trained with (Ultralytics: 114)."""
-    output_layout: Literal["rknn-9", "rknn-6", "ultralytics"]
+    output_layout: Literal[
+        "rknn-9", "rknn-6", "ultralytics", "ultralytics-seg", "ultralytics-pose", "ultralytics-obb"
+    ]
+    """What `rknnlaunch.convert.output_layout` detects (Ultralytics task heads convert too)."""
     quantization: Literal["int8-hybrid", "int8", "fp16"]
     source_onnx_sha256: _Sha
     calibration_sha256: _Sha | None = None

@@ -33,6 +33,8 @@ for entry in (str(TESTS), str(ROOT)):
 from realmodels.corpus import CORPUS, CorpusModel, cache_root, fetch, sha256_file  # noqa: E402
 from realmodels.replay import MODEL, Recording, RecordingRKNNLite, record  # noqa: E402
 
+from rknnlaunch import RknnLaunchError  # noqa: E402
+
 PHOTOS = ("astronaut.png", "coffee.png", "chelsea.png", "rocket.jpg", "motorcycle_left.png", "horse.png")
 """scikit-image's bundled photos (its data module; never committed): people, objects, animals."""
 CODE = (
@@ -44,6 +46,8 @@ CODE = (
 )
 """The code whose change changes the tensors or the build: part of a recording's key."""
 BUILDS = ("fp16", "int8")
+FORMAT = 1
+"""Bump when what a recording holds changes (part of its key, as the code above is)."""
 
 
 def photos_folder(root: Path) -> Path:
@@ -64,8 +68,7 @@ def recording_key(model: CorpusModel, build: str, photos: Path, toolkit: str | N
     for folder in CODE:
         for path in sorted((ROOT / folder).rglob("*.py")):
             parts.append([str(path.relative_to(ROOT)), hashlib.sha256(path.read_bytes()).hexdigest()])
-    for path in (HERE / "record.py", HERE / "replay.py"):
-        parts.append(hashlib.sha256(path.read_bytes()).hexdigest())
+    parts.append(FORMAT)
     digest.update(json.dumps(parts).encode())
     return digest.hexdigest()
 
@@ -190,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     root = cache_root()
     (root / "recordings").mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    failed: list[str] = []
     for model in CORPUS:
         if model.kind == "rknn":
             fetch(model, root)
@@ -200,9 +204,15 @@ def main(argv: list[str] | None = None) -> int:
             if build == "int8" and not model.int8:
                 continue
             print(f"== recording {model.name} {build}", flush=True)
-            print(f"   {record_one(model, build, root)}", flush=True)
+            try:
+                print(f"   {record_one(model, build, root)}", flush=True)
+            except RknnLaunchError as exc:  # the next model still records; the run fails at the end
+                print(f"FAILED {model.name} {build}: {exc}", flush=True)
+                failed.append(f"{model.name} {build}: {exc.problem}")
     print(f"recorded in {time.monotonic() - started:.0f} s", flush=True)
-    return 0
+    for line in failed:
+        print(f"not recorded: {line}", flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -128,7 +128,8 @@ class _StandIn:
         got = hashlib.sha256(Path(path).read_bytes()).hexdigest()
         if got != self._sha256:
             _log(
-                f"E load_rknn: [replay] {path} (sha256 {got[:12]}) is not the recorded model ({self._sha256[:12]})"
+                f"E load_rknn: [replay] {path} (sha256 {got[:12]}) is not the recorded model "
+                f"({self._sha256[:12]})"
             )
             return -1
         self.loaded = True
