@@ -48,12 +48,19 @@ class TensorInfo:
     """The layout the runtime exchanges the tensor in (``NHWC`` inputs), when the file says."""
 
     def runtime_shape(self) -> tuple[int, ...]:
-        """``shape`` as the runtime takes it: toolkit2 records NCHW graph shapes for NHWC inputs."""
+        """``shape`` as the runtime takes it: toolkit2 records NCHW graph shapes for NHWC inputs.
+
+        Every real file we inspected does (toolkit 2.3.2 and 2.5.0, docs/hardware.md#real-rknn-headers),
+        so an NHWC tensor's dims are read as NCHW unless they plainly are NHWC already (channels
+        last, not second): also a 4x4 image, ``[1, 3, 4, 4]``, is permuted.
+        """
         shape = self.shape
-        if self.layout == "NHWC" and len(shape) == 4 and shape[1] in (1, 3, 4) and shape[3] not in (1, 3, 4):
-            n, c, h, w = self.shape
-            return (n, h, w, c)
-        return self.shape
+        if self.layout != "NHWC" or len(shape) != 4:
+            return shape
+        if shape[3] in (1, 3, 4) and shape[1] not in (1, 3, 4):
+            return shape  # already channels-last
+        n, c, h, w = shape
+        return (n, h, w, c)
 
     def describe(self) -> str:
         dims = "x".join(str(dim) for dim in self.runtime_shape()) or "?"

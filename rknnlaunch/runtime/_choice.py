@@ -14,7 +14,8 @@ from typing import Literal
 
 from .._errors import DiscoveryError, MaskError, ModelError, UsageError
 from ..npu import rknnlite_mask, runnable_groups
-from ..settings._allocation import NpuTarget, select_cores
+from ..settings._allocation import NpuTarget, requested_cores, select_cores
+from ._frames import InputSpec
 
 BACKENDS: tuple[str, ...] = ("auto", "npu", "cpu")
 Layout = Literal["one", "per-core"]
@@ -36,6 +37,9 @@ class LaunchPlan:
     cpu_detail: str | None = None
     target: NpuTarget | None = None
     groups: tuple[frozenset[int], ...] = ()
+    inputs: tuple[InputSpec, ...] = ()
+    """The .rknn's inputs as the runtime exchanges them (filled by the edge from the header; empty
+    for the CPU, whose runtime reads them from the ONNX session)."""
 
 
 def model_kind(model: Path) -> str:
@@ -66,10 +70,16 @@ def choose_contexts(
             "use 1 (one context per core) or 2 (two per core keep a core busy while the other "
             "context's frame is converted)",
         )
+    requested_cores(cores)  # its form, on every backend: cores="banana" fails on the CPU too
     if backend == "cpu":
         if cores is not None:
             raise UsageError("cores= was given with backend='cpu'", "drop cores= or use backend='npu'")
         return LaunchPlan("cpu", model, "backend='cpu' requested")
+    if model_kind(model) == "onnx" and cores is not None:
+        raise UsageError(
+            f"cores= selects NPU cores, but {model} is an ONNX model, which runs on the CPU",
+            "drop cores=, or pass the model's .rknn export to run it on those NPU cores",
+        )
     if isinstance(npu, DiscoveryError):
         if backend == "npu":
             raise npu

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,24 +12,46 @@ import numpy as np
 from .._errors import BackendUnavailableError, InferenceError, ModelError
 from ..model._files import require_file
 from ._closing import ClosesOnExit
+from ._frames import Frame, InputSpec, check_frame
+
+_ONNX_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(uint8)": "uint8",
+    "tensor(int8)": "int8",
+    "tensor(int16)": "int16",
+    "tensor(int32)": "int32",
+    "tensor(int64)": "int64",
+    "tensor(bool)": "bool",
+}
 
 
-def as_nhwc_batch(x: Any) -> np.ndarray[Any, Any]:
-    """NHWC uint8 frame(s) -> a 4-dim uint8 array with the batch dimension (HWC gets ``[None]``)."""
-    array = np.asarray(x)
-    if array.ndim == 3:
-        array = array[np.newaxis]
-    if array.ndim != 4:
-        raise InferenceError(
-            f"input has shape {array.shape}; expected an NHWC image (H, W, C) or batch (N, H, W, C)",
-            "pass a uint8 image as read by cv2.imread after letterboxing, e.g. shape (640, 640, 3)",
-        )
-    if array.dtype != np.uint8:
-        raise InferenceError(
-            f"input dtype is {array.dtype}; the runtimes take uint8 NHWC pixels",
-            "pass the letterboxed uint8 image (the model's own normalisation is applied for you)",
-        )
-    return array
+def _dim(value: Any) -> int | None:
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def onnx_input_specs(inputs: Sequence[Any]) -> tuple[tuple[InputSpec, ...], bool]:
+    """Frame specs for an onnxruntime session's inputs, and whether it is an image model.
+
+    One float NCHW input with 1, 3 or 4 channels is an image model: it takes NHWC pixels as its
+    .rknn export does (rknn-toolkit2 folds mean/std into the model; here the CPU divides by 255).
+    Every other model takes its inputs as the ONNX graph declares them.
+    """
+    dtypes = [_ONNX_TYPES.get(str(i.type)) for i in inputs]
+    shapes = [tuple(_dim(d) for d in i.shape) for i in inputs]
+    if (
+        len(inputs) == 1
+        and dtypes[0] in ("float32", "float16")
+        and len(shapes[0]) == 4
+        and shapes[0][1] in (1, 3, 4)
+    ):
+        n, c, h, w = shapes[0]
+        return (InputSpec(str(inputs[0].name), (n, h, w, c), dtypes[0], image=True),), True
+    specs = tuple(
+        InputSpec(str(i.name), shape, dtype) for i, shape, dtype in zip(inputs, shapes, dtypes, strict=True)
+    )
+    return specs, False
 
 
 class CpuRuntime(ClosesOnExit):
@@ -67,10 +90,7 @@ class CpuRuntime(ClosesOnExit):
             raise ModelError(
                 f"onnxruntime cannot load {path}: {exc}", "check that the file is a valid ONNX model"
             ) from None
-        model_input = self._session.get_inputs()[0]
-        self._input_name: str = model_input.name
-        self._input_shape: list[Any] = list(model_input.shape)
-        self._input_dtype = np.float16 if "float16" in model_input.type else np.float32
+        self.inputs, self.image_model = onnx_input_specs(self._session.get_inputs())
         self.model = path
         self.label = f"CPU (onnxruntime): {reason}"
         self.reason = reason
@@ -80,31 +100,31 @@ class CpuRuntime(ClosesOnExit):
 
     @property
     def input_size(self) -> tuple[int, int] | None:
-        """(height, width) the model expects, when its input shape is static."""
-        height, width = self._input_shape[2:4] if len(self._input_shape) == 4 else (None, None)
-        return (height, width) if isinstance(height, int) and isinstance(width, int) else None
+        """(height, width) an image model expects, when its input shape is static."""
+        if not self.image_model:
+            return None
+        _, height, width, _ = self.inputs[0].shape
+        return (height, width) if height is not None and width is not None else None
 
-    def preprocess(self, x: Any) -> np.ndarray[Any, Any]:
-        """NHWC uint8 -> the model's NCHW float input scaled to [0, 1]."""
-        batch = as_nhwc_batch(x)
-        size = self.input_size
-        if size is not None and batch.shape[1:3] != size:
-            raise InferenceError(
-                f"input is {batch.shape[2]}x{batch.shape[1]} but the model takes {size[1]}x{size[0]}",
-                f"letterbox the image to {size[1]}x{size[0]} first",
-            )
-        nchw: np.ndarray[Any, Any] = np.ascontiguousarray(
-            batch.transpose(0, 3, 1, 2), dtype=self._input_dtype
-        )
-        np.divide(nchw, self._input_dtype(255), out=nchw)
-        return nchw
+    def preprocess(self, x: Frame) -> dict[str, np.ndarray[Any, Any]]:
+        """The session's feed for frame ``x`` (checked as on the NPU): an image model's NHWC
+        pixels become its NCHW float input scaled to [0, 1]; other inputs take the ONNX dtypes."""
+        arrays = check_frame(x, self.inputs)
+        if self.image_model:
+            dtype = np.dtype(self.inputs[0].dtype or "float32")
+            nchw: np.ndarray[Any, Any] = np.ascontiguousarray(arrays[0].transpose(0, 3, 1, 2), dtype=dtype)
+            np.divide(nchw, dtype.type(255), out=nchw)
+            return {self.inputs[0].name: nchw}
+        return {
+            spec.name: array if spec.dtype is None else np.ascontiguousarray(array, dtype=spec.dtype)
+            for spec, array in zip(self.inputs, arrays, strict=True)
+        }
 
-    def infer(self, x: Any) -> list[np.ndarray[Any, Any]]:
-        """Run the model on NHWC uint8 ``x``; returns its raw outputs."""
+    def infer(self, x: Frame) -> list[np.ndarray[Any, Any]]:
+        """Run the model on frame ``x``; returns its raw outputs."""
         if self._closed:
             raise InferenceError("this runtime is closed", "open a new one with rknnlaunch.open()")
-        blob = self.preprocess(x)
-        outputs = self._session.run(None, {self._input_name: blob})
+        outputs = self._session.run(None, self.preprocess(x))
         return [np.asarray(output) for output in outputs]
 
     def close(self) -> None:

@@ -40,7 +40,8 @@ from ..settings._allocation import NpuTarget, find_npu
 from . import _dtcompat
 from ._choice import BACKENDS, LaunchPlan, Layout, choose_contexts
 from ._closing import ClosesOnExit
-from ._cpu import CpuRuntime, as_nhwc_batch
+from ._cpu import CpuRuntime
+from ._frames import Frame, InputSpec, check_frame, input_specs
 from ._rknnlite import RknnLiteFactory, RknnLiteLike, capture_runtime_log, load_rknnlite
 
 if TYPE_CHECKING:
@@ -88,8 +89,10 @@ class Runtime(Protocol):
     backend: str
     label: str
     cores: frozenset[int]
+    inputs: tuple[InputSpec, ...]
+    """What a frame is for this model: one `InputSpec` per input (empty: the model does not say)."""
 
-    def infer(self, x: Any) -> list[np.ndarray[Any, Any]]: ...
+    def infer(self, x: Frame) -> list[np.ndarray[Any, Any]]: ...
 
     def close(self) -> None: ...
 
@@ -122,8 +125,17 @@ class NpuRuntime(ClosesOnExit):
 
     backend = "npu"
 
-    def __init__(self, lite: RknnLiteLike, model: Path, soc: str, cores: frozenset[int], mask: int) -> None:
+    def __init__(
+        self,
+        lite: RknnLiteLike,
+        model: Path,
+        soc: str,
+        cores: frozenset[int],
+        mask: int,
+        inputs: tuple[InputSpec, ...] = (),
+    ) -> None:
         self._lite = lite
+        self.inputs = inputs
         self.model = model
         self.soc = soc
         self.cores = cores
@@ -133,17 +145,18 @@ class NpuRuntime(ClosesOnExit):
         self._lock = threading.Lock()
         self._closed = False
 
-    def infer(self, x: Any) -> list[np.ndarray[Any, Any]]:
-        """Run the model on NHWC uint8 ``x`` (batch dim added if missing); returns the raw outputs."""
-        batch = as_nhwc_batch(x)
+    def infer(self, x: Frame) -> list[np.ndarray[Any, Any]]:
+        """Run the model on frame ``x`` (one array, or one per input; see `check_frame`); returns
+        the outputs as RKNNLite returns them."""
+        arrays = check_frame(x, self.inputs)
         with self._lock:
             if self._closed:
                 raise InferenceError("this runtime is closed", "open a new one with rknnlaunch.open()")
-            outputs = self._lite.inference(inputs=[batch])
+            outputs = self._lite.inference(inputs=arrays)
         if outputs is None:
+            given = ", ".join(f"{a.shape} {a.dtype}" for a in arrays)
             raise InferenceError(
-                f"RKNNLite.inference returned no outputs on {self.label} "
-                f"for input {batch.shape} {batch.dtype}",
+                f"RKNNLite.inference returned no outputs on {self.label} for input {given}",
                 "the runtime's reason is in its log on stderr; check the input matches the model "
                 "(`rknnlaunch model inspect MODEL`)",
             )
@@ -197,7 +210,8 @@ def diagnose(lines: Iterable[str], late_redirect: bool = False) -> str:
     return "run `rknnlaunch doctor --model MODEL` for a full check of driver, runtime, device nodes and model"
 
 
-def _check_model(path: Path, target: NpuTarget) -> None:
+def _check_model(path: Path, target: NpuTarget) -> tuple[InputSpec, ...]:
+    """Check ``path`` was built for the board; its inputs as the runtime exchanges them."""
     from ..model._rknnfile import read_rknn
 
     info = read_rknn(path)
@@ -207,6 +221,7 @@ def _check_model(path: Path, target: NpuTarget) -> None:
             f"{path} was built for {', '.join(info.target_platforms)}, but this board is {soc.name}",
             f"re-export it with rknn-toolkit2 using rknn.config(target_platform='{soc.name}')",
         )
+    return input_specs(info.inputs)
 
 
 def open_npu(
@@ -215,6 +230,7 @@ def open_npu(
     cores: frozenset[int],
     factory: RknnLiteFactory,
     late_redirect: bool = False,
+    inputs: tuple[InputSpec, ...] = (),
 ) -> NpuRuntime:
     """Load and initialise one RKNNLite context on ``cores`` (must be runnable as one context).
 
@@ -246,7 +262,7 @@ def open_npu(
     except BaseException:
         lite.release()
         raise
-    return NpuRuntime(lite, model, allocation.soc.name, cores, mask)
+    return NpuRuntime(lite, model, allocation.soc.name, cores, mask, inputs)
 
 
 def onnx_for(model: Path) -> Path:
@@ -292,9 +308,9 @@ def plan(
     chosen = choose_contexts(backend, path, npu, cores, layout, contexts_per_core)
     if chosen.backend == "cpu":
         return dataclasses.replace(chosen, model=onnx_for(path))
-    assert chosen.target is not None
-    _check_model(path, chosen.target)
-    return chosen
+    if chosen.target is None:
+        raise DiscoveryError("the NPU plan names no NPU", None)  # choose_contexts never does this
+    return dataclasses.replace(chosen, inputs=_check_model(path, chosen.target))
 
 
 def open_plan(
@@ -315,7 +331,7 @@ def open_plan(
     opened: list[Runtime] = []
     try:
         for group in the_plan.groups:
-            opened.append(open_npu(the_plan.model, target, group, factory, late_redirect))
+            opened.append(open_npu(the_plan.model, target, group, factory, late_redirect, the_plan.inputs))
     except BaseException:
         for runtime in opened:
             runtime.close()

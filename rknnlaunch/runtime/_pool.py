@@ -18,13 +18,13 @@ from typing import Any, Literal
 import numpy as np
 
 from .._errors import UsageError
-from ..model._rknnfile import read_rknn
 from ..npu import HostRoot, format_cores
 from ..settings._env import NpuSettings, load_settings
 from . import _workers
 from ._affinity import find_big_cpus
 from ._choice import LaunchPlan, Layout, choose_contexts
 from ._closing import ClosesOnExit
+from ._frames import Frame, InputSpec, check_frame
 from ._open import open_plan, plan
 from ._workers import (
     DEPTH,
@@ -119,30 +119,10 @@ class WorkerGroup:
         else:
             self.label = self.workers.labels[0]
 
-    def input_shape(self) -> tuple[int, int, int] | None:
-        """(H, W, C) the model takes, from the .rknn header (None when it does not say)."""
-        if self.backend != "npu":
-            return None
-        inputs = read_rknn(self.plan.model).inputs
-        shape = inputs[0].shape if inputs else ()
-        if len(shape) == 4 and shape[0] == 1 and all(d > 0 for d in shape):
-            return (shape[1], shape[2], shape[3])
-        return None
-
-
-def check_tensor(x: Any, expected: tuple[int, int, int] | None) -> np.ndarray[Any, Any]:
-    """A letterboxed NHWC uint8 frame (batch of one optional) as an array, or `UsageError`."""
-    array = x if isinstance(x, np.ndarray) else np.asarray(x)
-    hwc = array.shape[1:] if array.ndim == 4 and array.shape[0] == 1 else array.shape
-    wanted = "x".join(map(str, expected)) if expected else "H x W x C"
-    if array.dtype != np.uint8 or len(hwc) != 3 or (expected is not None and tuple(hwc) != expected):
-        raise UsageError(
-            f"frame is {array.dtype} of shape {array.shape}; this model takes uint8 {wanted} "
-            f"(NHWC, optionally with a batch dimension of 1)",
-            "letterbox each frame to the model input (rknnlaunch.yolo.Letterboxer), or use "
-            "rknnlaunch.Detector, which letterboxes and decodes for you",
-        )
-    return array
+    @property
+    def inputs(self) -> tuple[InputSpec, ...]:
+        """What a frame is for this model (from the .rknn header, or the ONNX session on the CPU)."""
+        return self.workers.inputs
 
 
 def _infer_task(_plan: LaunchPlan) -> FrameTask:
@@ -179,8 +159,10 @@ class Pool(WorkerFront):
     (default) or processes (``workers="process"``).
 
     ``infer(x)`` blocks for one result; ``submit(x) -> Future``; ``map(frames)`` yields results in
-    input order while keeping every context busy. ``x`` is a letterboxed NHWC uint8 frame; a wrong
-    shape or dtype is a `UsageError` at once. Arguments as for `rknnlaunch.open`, plus:
+    input order while keeping every context busy. ``x`` is a frame: one array for a one-input model
+    (a letterboxed NHWC uint8 image for a YOLO), or a list with one array per model input, as
+    `rknnlaunch.open` takes it (``pool.inputs`` says what); a wrong count, shape or dtype is a
+    `UsageError` at once, before any worker sees it. Arguments as for `rknnlaunch.open`, plus:
 
     - ``contexts_per_core``: 1, or 2 to keep a core busy while the other context's frame is converted;
     - ``workers``: ``"thread"`` (the runtime releases the GIL while the NPU runs) or ``"process"``
@@ -221,14 +203,16 @@ class Pool(WorkerFront):
                 _infer_task,
             )
         )
-        self._expected = self._group.input_shape()
         self.workers: str = self._workers.kind
+        self.inputs: tuple[InputSpec, ...] = self._group.inputs
+        """What a frame is: one `InputSpec` per model input (``rknnlaunch model inspect`` lists them)."""
 
-    def submit(self, x: Any) -> Future[list[np.ndarray[Any, Any]]]:
-        """Queue one frame; the Future resolves to the model's raw outputs."""
-        return self._workers.submit(check_tensor(x, self._expected))
+    def submit(self, x: Frame) -> Future[list[np.ndarray[Any, Any]]]:
+        """Queue one frame (checked here, before any worker sees it); the Future resolves to the
+        model's outputs as the runtime returns them."""
+        return self._workers.submit(check_frame(x, self.inputs))
 
-    def infer(self, x: Any) -> list[np.ndarray[Any, Any]]:
+    def infer(self, x: Frame) -> list[np.ndarray[Any, Any]]:
         """Run one frame on whichever context is free; blocks for its outputs."""
         return self.submit(x).result()
 

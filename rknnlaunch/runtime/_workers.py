@@ -41,6 +41,7 @@ import numpy as np
 from .._errors import InferenceError, WorkerDiedError
 from ..npu import format_cores
 from ._choice import LaunchPlan
+from ._frames import InputSpec
 from ._open import Runtime, open_plan
 from ._rknnlite import RknnLiteFactory
 
@@ -70,17 +71,21 @@ FactorySpec = RknnLiteFactory | str | None
 for the real rknn-toolkit-lite2."""
 
 
+WorkerFrame = np.ndarray[Any, Any] | list[np.ndarray[Any, Any]]
+"""What a worker is handed: one array, or a list of them (one per model input, already checked)."""
+
+
 class FrameTask(Protocol):
     """What a worker does with each frame; picklable, bound once per worker to its runtime."""
 
-    def bind(self, runtime: Runtime) -> Callable[[np.ndarray[Any, Any]], Any]: ...
+    def bind(self, runtime: Runtime) -> Callable[[Any], Any]: ...
 
 
 @dataclass(frozen=True)
 class InferTask:
     """The plain pool's task: the runtime's raw outputs."""
 
-    def bind(self, runtime: Runtime) -> Callable[[np.ndarray[Any, Any]], Any]:
+    def bind(self, runtime: Runtime) -> Callable[[Any], Any]:
         return runtime.infer
 
 
@@ -159,6 +164,8 @@ class ThreadWorkers:
     def __init__(self, runtimes: Sequence[Runtime], task: FrameTask, gc_every: int = GC_EVERY) -> None:
         self.runtimes = tuple(runtimes)
         self.labels = tuple(runtime.label for runtime in self.runtimes)
+        self.inputs: tuple[InputSpec, ...] = self.runtimes[0].inputs if self.runtimes else ()
+        """What a frame is (every context runs the same model)."""
         self._jobs: queue.SimpleQueue[_ThreadJob | None] = queue.SimpleQueue()
         self._closed = False
         self._close_lock = threading.Lock()
@@ -176,7 +183,7 @@ class ThreadWorkers:
     def size(self) -> int:
         return len(self.runtimes)
 
-    def _work(self, run: Callable[[np.ndarray[Any, Any]], Any]) -> None:
+    def _work(self, run: Callable[[Any], Any]) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
@@ -191,7 +198,7 @@ class ThreadWorkers:
             del frame, future, job
             self._counter.tick()
 
-    def submit(self, frame: np.ndarray[Any, Any]) -> Future[Any]:
+    def submit(self, frame: WorkerFrame) -> Future[Any]:
         future: Future[Any] = Future()
         # Under the close lock: a job queued after close()'s stop markers would never run.
         with self._close_lock:
@@ -293,7 +300,7 @@ def worker_main(conn: multiprocessing.connection.Connection, spec: WorkerSpec) -
         run = spec.task.bind(runtime)
         gc.collect()
         gc.freeze()  # what exists now lives as long as the worker: periodic collections skip it
-        conn.send(("ready", runtime.label, os.getpid()))
+        conn.send(("ready", runtime.label, os.getpid(), runtime.inputs))
         while True:
             try:
                 message = conn.recv()
@@ -301,13 +308,19 @@ def worker_main(conn: multiprocessing.connection.Connection, spec: WorkerSpec) -
                 return
             if message[0] != "job":
                 return
-            _, job_id, in_slot, in_name, shape, dtype, out_slot = message
+            _, job_id, in_slot, in_name, layout, several, out_slot = message
             if in_name is not None:
                 old = inputs.pop(in_slot, None)
                 if old is not None:
                     old.close()
                 inputs[in_slot] = SharedMemory(name=in_name)
-            frame: np.ndarray[Any, Any] = np.ndarray(shape, np.dtype(dtype), buffer=inputs[in_slot].buf)
+            buffer = inputs[in_slot].buf
+            arrays = [
+                np.ndarray(shape, np.dtype(dtype), buffer=buffer, offset=start)
+                for start, shape, dtype in layout
+            ]
+            frame: WorkerFrame = arrays if several else arrays[0]
+            del arrays, buffer
             try:
                 result = run(frame)
             except BaseException as exc:
@@ -329,7 +342,17 @@ def worker_main(conn: multiprocessing.connection.Connection, spec: WorkerSpec) -
 
 
 OutputSpec = tuple[int, tuple[int, ...], str]
-"""Where one output array lies in an output block: (byte offset, shape, dtype string)."""
+"""Where one array lies in a shared-memory block: (byte offset, shape, dtype string)."""
+
+
+def input_layout(arrays: Sequence[np.ndarray[Any, Any]]) -> tuple[list[OutputSpec], int]:
+    """Where a frame's arrays go in an input slot (each 64-byte aligned), and the bytes it needs."""
+    layout: list[OutputSpec] = []
+    offset = 0
+    for array in arrays:
+        layout.append((offset, array.shape, array.dtype.str))
+        offset += -(-array.nbytes // _ALIGN) * _ALIGN
+    return layout, offset
 
 
 class _OutputSlots:
@@ -423,7 +446,7 @@ class _OutputBlock:
 
 @dataclass
 class _Job:
-    frame: np.ndarray[Any, Any] | None
+    frame: WorkerFrame | None
     future: Future[Any]
     in_slot: int = -1
     out_slot: int = -1
@@ -445,6 +468,7 @@ class _Proc:
     label: str = ""
     pid: int = 0
     error: BaseException | None = None
+    inputs: tuple[InputSpec, ...] = ()
     inflight: dict[int, _Job] = field(default_factory=dict)
     free_in: deque[int] = field(default_factory=lambda: deque(range(DEPTH)))
     in_shm: list[SharedMemory | None] = field(default_factory=lambda: [None] * DEPTH)
@@ -514,6 +538,8 @@ class ProcessWorkers:
             self._shutdown(graceful=False)
             raise
         self.labels = tuple(proc.label for proc in self._procs)
+        self.inputs: tuple[InputSpec, ...] = self._procs[0].inputs
+        """What a frame is, as the first worker's runtime reported it."""
 
     @property
     def size(self) -> int:
@@ -550,7 +576,7 @@ class ProcessWorkers:
             kind = message[0]
             if kind == "ready":
                 with self._lock:
-                    proc.state, proc.label = "ready", message[1]
+                    proc.state, proc.label, proc.inputs = "ready", message[1], message[3]
                     self._fill(proc)
                     self._changed.notify_all()
             elif kind == "failed":
@@ -673,16 +699,20 @@ class ProcessWorkers:
     def _dispatch(self, proc: _Proc, job: _Job) -> None:
         """Copy the frame into a free input slot and send the job. Lock held, future running."""
         frame = job.frame
-        assert frame is not None
         job.frame = None
+        several = isinstance(frame, list)
+        arrays: list[np.ndarray[Any, Any]] = frame if isinstance(frame, list) else [frame]  # type: ignore[list-item]
+        layout, size = input_layout(arrays)
         slot = proc.free_in.popleft()
         shm, name = proc.in_shm[slot], None
-        if shm is None or shm.size < frame.nbytes:
+        if shm is None or shm.size < size:
             if shm is not None:
                 self._release(shm)
-            shm = proc.in_shm[slot] = SharedMemory(create=True, size=max(frame.nbytes, 1))
+            shm = proc.in_shm[slot] = SharedMemory(create=True, size=max(size, 1))
             name = shm.name
-        np.ndarray(frame.shape, frame.dtype, buffer=shm.buf)[...] = frame
+        for (start, shape, _), array in zip(layout, arrays, strict=True):
+            np.ndarray(shape, array.dtype, buffer=shm.buf, offset=start)[...] = array
+        del arrays
         job.in_slot = slot
         proc.reclaim()
         if proc.free_out:
@@ -695,10 +725,10 @@ class ProcessWorkers:
         # in flight but before its message left: `sent` stays False and close() does not wait for
         # a reply that will never come (it did, forever, on a Ctrl-C during submit).
         with contextlib.suppress(OSError):  # a dead worker: its reader fails the job
-            proc.conn.send(("job", job_id, slot, name, frame.shape, frame.dtype.str, job.out_slot))
+            proc.conn.send(("job", job_id, slot, name, layout, several, job.out_slot))
         job.sent = True
 
-    def submit(self, frame: np.ndarray[Any, Any]) -> Future[Any]:
+    def submit(self, frame: WorkerFrame) -> Future[Any]:
         future: Future[Any] = Future()
         job = _Job(frame, future)
         with self._lock:

@@ -15,6 +15,7 @@ from .._errors import MaskError, SettingsError
 from ..npu import (
     ALL,
     AUTO,
+    SOCS,
     HostRoot,
     NpuInfo,
     SocSpec,
@@ -26,6 +27,10 @@ from ..npu import (
     parse_core_list,
     parse_mask,
 )
+from ..npu._masks import MAX_CORES
+
+MOST_NPU_CORES = max(soc.npu_cores for soc in SOCS)
+"""Cores of the largest NPU we support: a core number beyond it is wrong on any board."""
 
 if TYPE_CHECKING:  # pool worker processes unpickle an NpuTarget: no pydantic on their start-up
     from ._env import NpuSettings
@@ -126,15 +131,19 @@ def resolve_allocation(settings: NpuSettings, info: NpuInfo) -> Allocation:
     )
 
 
-def select_cores(allocation: Allocation, cores: Iterable[int] | str | None) -> frozenset[int]:
-    """The cores a caller asked for (``None`` = the whole allocation), checked against the allocation."""
+def requested_cores(cores: Iterable[int] | str | None, most: int = MOST_NPU_CORES) -> frozenset[int] | None:
+    """The core numbers ``cores=`` names (None: not given), checked for form only: the same check
+    on every backend, so ``cores="banana"`` fails on the CPU as it does on the NPU. ``most``: core
+    numbers from it up are refused (`select_cores` checks the allocation instead)."""
     if cores is None:
-        return allocation.cores
+        return None
     if isinstance(cores, str):
         # A string is a core list ("0,1", "2") unless written as a mask ("0x3", "0b101", "NPU_CORE_0_1").
         if re.match(r"\s*(0x|0b|npu_core_|rknnlite\.|all|auto)", cores, re.IGNORECASE):
             parsed = parse_mask(cores)
-            wanted = allocation.cores if parsed == ALL else mask_to_cores(parsed)
+            if parsed == ALL:
+                return None  # every core: the whole allocation
+            wanted = mask_to_cores(parsed)
         else:
             wanted = parse_core_list(cores)
     elif isinstance(cores, int):
@@ -142,10 +151,36 @@ def select_cores(allocation: Allocation, cores: Iterable[int] | str | None) -> f
             f"cores={cores!r} is ambiguous (a core number or a mask?)",
             f"pass a list of core numbers, e.g. cores=[{cores}], or a mask string, e.g. cores='{cores:#x}'",
         )
+    elif isinstance(cores, bool) or not isinstance(cores, Iterable):
+        raise MaskError(
+            f"cores={cores!r} is not a list of core numbers or a mask string",
+            "pass core numbers, e.g. cores=[0, 1], or a string, e.g. cores='0,1' or cores='0x3'",
+        )
     else:
-        wanted = frozenset(int(core) for core in cores)
+        items = list(cores)
+        if not all(isinstance(core, int) and not isinstance(core, bool) and core >= 0 for core in items):
+            raise MaskError(
+                f"cores={cores!r} is not a list of core numbers",
+                "pass core numbers (non-negative integers), e.g. cores=[0, 1]",
+            )
+        wanted = frozenset(items)
     if not wanted:
-        raise MaskError("cores=[] names no NPU core", f"name cores within {format_cores(allocation.cores)}")
+        raise MaskError("cores=[] names no NPU core", "name at least one core, e.g. cores=[0]")
+    too_high = sorted(core for core in wanted if core >= most)
+    if too_high:
+        raise MaskError(
+            f"cores={cores!r} names core {format_cores(too_high)}, but no supported NPU has more than "
+            f"{most} cores (numbered from 0)",
+            f"name cores from 0 to {most - 1}",
+        )
+    return wanted
+
+
+def select_cores(allocation: Allocation, cores: Iterable[int] | str | None) -> frozenset[int]:
+    """The cores a caller asked for (``None`` = the whole allocation), checked against the allocation."""
+    wanted = requested_cores(cores, most=MAX_CORES)
+    if wanted is None:
+        return allocation.cores
     outside = sorted(wanted - allocation.cores)
     if outside:
         raise MaskError(

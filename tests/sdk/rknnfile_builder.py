@@ -1,4 +1,17 @@
-"""Hand-built .rknn files in the documented layout (docs/hardware.md#the-rknn-file-format)."""
+"""Hand-built .rknn files in the layout real rknn-toolkit2 files have (docs/hardware.md#the-rknn-file-format).
+
+Derived from real headers read with our parser (docs/hardware.md#real-rknn-headers): rknn-toolkit2
+2.3.2 (`nozcam-rk3588.rknn`, the BERT `model_b1_s32_o3.rknn` of rk-transformers 0.3.1) and 2.5.0
+(our tiny models, tests/data/tiny_rknn). What they carry, and this builder writes by default:
+
+- an image input's ``norm_tensor.size`` is the NCHW graph shape (``[1, 3, 384, 640]``) while the I/O
+  info (FlatBuffer root field 12) says ``layout: NHWC``: the runtime exchanges it NHWC;
+- dtypes: a quantised tensor has ``vx_type``/``qnt_type`` ``int8`` (``qnt_method: layer``) and I/O
+  dtype ``int8``; a float tensor has empty ``vx_type``/``qnt_type`` and I/O dtype ``float16`` (also
+  for an ONNX float32 input); an ONNX int64 input stays ``int64`` with layout ``UNDEFINED``;
+- outputs' I/O info (field 13) says ``layout: NCHW``; field 11 (the custom string) is present and
+  empty when the model was built without one.
+"""
 
 from __future__ import annotations
 
@@ -8,35 +21,62 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-YOLO_INPUTS = (("images", (1, 640, 640, 3)),)
-YOLO_OUTPUTS = (("output0", (1, 6, 8400)),)
+Tensor = tuple[Any, ...]
+"""``(name, graph shape)`` or ``(name, graph shape, dtype)`` or ``(name, graph shape, dtype, layout)``.
+Defaults as real files: a 4-dim input is an ``int8`` ``NHWC`` image, any other input ``float16``
+``UNDEFINED``; outputs are ``float16`` ``NCHW``."""
+
+YOLO_INPUTS: tuple[Tensor, ...] = (("images", (1, 3, 640, 640), "int8", "NHWC"),)
+YOLO_OUTPUTS: tuple[Tensor, ...] = (("output0", (1, 6, 8400), "float16", "NCHW"),)
+
+
+def _full(tensor: Tensor, is_input: bool) -> tuple[str, tuple[int, ...], str, str]:
+    name, shape = tensor[0], tuple(tensor[1])
+    image = is_input and len(shape) == 4
+    dtype = tensor[2] if len(tensor) > 2 else ("int8" if image else "float16")
+    layout = tensor[3] if len(tensor) > 3 else ("NHWC" if image else "UNDEFINED" if is_input else "NCHW")
+    return name, shape, dtype, layout
+
+
+def _norm_dtype(dtype: str) -> dict[str, str]:
+    if dtype in ("int8", "uint8", "int16"):
+        return {"qnt_method": "layer", "qnt_type": dtype, "vx_type": dtype}
+    return {"qnt_method": "", "qnt_type": "", "vx_type": ""}
+
+
+def io_info(tensors: Sequence[Tensor], is_input: bool) -> str:
+    """The JSON of root field 12 (inputs) or 13 (outputs), as toolkit2 writes it."""
+    entries = {}
+    for tensor in tensors:
+        name, _, dtype, layout = _full(tensor, is_input)
+        entries[name] = {"dtype": dtype, "layout": layout}
+    return json.dumps(entries)
 
 
 def rknn_bytes(
     version: str = "2.3.2",
     targets: Sequence[str] = ("rk3588",),
-    inputs: Sequence[tuple[str, tuple[int, ...]]] = YOLO_INPUTS,
-    outputs: Sequence[tuple[str, tuple[int, ...]]] = YOLO_OUTPUTS,
+    inputs: Sequence[Tensor] = YOLO_INPUTS,
+    outputs: Sequence[Tensor] = YOLO_OUTPUTS,
     format_version: int = 6,
-    block: bytes = b"\x10\x00\x00\x00FAKEFLATBUFFER\x00\x00" * 8,
+    block: bytes | None = None,
     extra: dict[str, Any] | None = None,
+    custom_string: str = "",
 ) -> bytes:
-    """Header (64 bytes, 24 for format <= 1) + FlatBuffer block + u64 length + JSON metadata."""
-    tensors = list(inputs) + list(outputs)
+    """Header (64 bytes, 24 for format <= 1) + FlatBuffer block + u64 length + JSON metadata.
+
+    ``block`` None: a FlatBuffer with the custom string and the I/O info, as real files carry.
+    """
+    full = [_full(t, True) for t in inputs] + [_full(t, False) for t in outputs]
     norm_tensor = [
         {
             "dim_num": len(shape),
-            # uint8 in; float16 out (an int8 single YOLO output is the "blind" model we warn about)
-            "dtype": {
-                "qnt_method": "",
-                "qnt_type": "",
-                "vx_type": "VSI_NN_TYPE_UINT8" if index < len(inputs) else "VSI_NN_TYPE_FLOAT16",
-            },
+            "dtype": _norm_dtype(dtype),
             "size": list(shape),
             "tensor_id": index,
             "url": name,
         }
-        for index, (name, shape) in enumerate(tensors)
+        for index, (name, shape, dtype, _) in enumerate(full)
     ]
     graph = [
         {"left": "input", "left_tensor_id": i, "right": "norm_tensor", "right_tensor_id": i}
@@ -53,10 +93,13 @@ def rknn_bytes(
         "name": "rknn model",
         "norm_tensor": norm_tensor,
         "ori_network_platform": "ONNX",
+        "network_platform": "ONNX",
         "target_platform": list(targets),
         "version": version,
     }
     meta.update(extra or {})
+    if block is None:
+        block = flatbuffer_block({11: custom_string, 12: io_info(inputs, True), 13: io_info(outputs, False)})
     body = json.dumps(meta, separators=(",", ":")).encode()
     header = bytearray(24 if format_version <= 1 else 64)
     header[0:4] = b"RKNN"

@@ -8,7 +8,11 @@ See docs/hardware.md#rknnlite-behaviour and #core-masks:
 - core masks per SoC from `rknnlaunch.npu.runtime_effective_mask`: RK3588 rejects 5/6 with "The core
   mode 5 is not supported currently.", RK3576 remaps 4->1 and 7->3 with a warning, single-core NPUs
   reject any non-zero mask with "The core_mask is only supported by ['RK3588', 'RK3576']";
-- inputs need the batch dimension (4 dims) or inference logs and returns None;
+- inputs are checked against the loaded file's header (parsed with our reader, which real
+  rknn-toolkit2 files were checked against, docs/hardware.md#real-rknn-headers): the count of
+  inputs and each one's dims as the runtime exchanges them (NHWC for image inputs, batch included),
+  else inference logs and returns None; outputs have the header's output shapes, as float32 (what
+  RKNNLite hands back by default);
 - a model newer than the runtime fails with "Invalid RKNN model version 6";
 - concurrent `init_runtime` calls are detected (the real driver has crashed on them): each init waits
   up to `init_window` seconds for another init to overlap it, and if one does, both fail.
@@ -47,7 +51,8 @@ class FakeNpu:
 
     soc: SocSpec
     runtime_version: str = "2.3.2"
-    output_shapes: tuple[tuple[int, ...], ...] = ((1, 6, 8400),)
+    output_shapes: tuple[tuple[int, ...], ...] = ()
+    """Empty: the loaded model's outputs (runtime shapes), else a YOLOv8 head's ``(1, 6, 8400)``."""
     init_window: float = 0.05
     reads_device_tree: bool = False
     """Like the real Python layer: init_runtime reads /proc/device-tree/compatible to learn the SoC."""
@@ -99,6 +104,9 @@ class FakeRKNNLite:
         self.effective_mask: int | None = None
         self.inference_threads: set[int] = set()
         self.inference_count = 0
+        self.model_inputs: tuple[tuple[int, ...], ...] = ()
+        self.model_outputs: tuple[tuple[int, ...], ...] = ()
+        self.last_inputs: list[np.ndarray] = []
 
     def load_rknn(self, path: str) -> int:
         if not os.path.exists(path):
@@ -106,7 +114,32 @@ class FakeRKNNLite:
             return -1
         with open(path, "rb") as handle:
             self.data = handle.read()
+        self.model_inputs, self.model_outputs = _io_shapes(self.data)
         return 0
+
+    def _check_inputs(self, inputs: list[Any]) -> np.ndarray | None:
+        """The first input when ``inputs`` fit the model (as librknnrt checks them), else None (logged)."""
+        arrays = [np.asarray(x) for x in inputs]
+        wanted = self.model_inputs
+        if wanted and len(arrays) != len(wanted):
+            _log_python(f"E inference: The input number {len(arrays)} is wrong, the model has {len(wanted)}")
+            return None
+        for index, array in enumerate(arrays):
+            rank = len(wanted[index]) if wanted else 4
+            if array.ndim != rank:
+                _log_python("E inference: Catch exception when setting inputs.")
+                _log_python(
+                    f"E inference: The input shape {array.shape} is wrong, expect {rank} dims like "
+                    f"{wanted[index] if wanted else (1, 640, 640, 3)}"
+                )
+                return None
+            if wanted and any(w > 0 and w != g for w, g in zip(wanted[index], array.shape, strict=True)):
+                _log_native(f"E RKNN: [fake] input {index} shape {array.shape} != model {wanted[index]}")
+                return None
+        return arrays[0] if arrays else None
+
+    def output_shapes(self) -> tuple[tuple[int, ...], ...]:
+        return self.npu.output_shapes or self.model_outputs or ((1, 6, 8400),)
 
     def init_runtime(
         self,
@@ -187,22 +220,34 @@ class FakeRKNNLite:
                 "E inference: Runtime environment is not inited, please call init_runtime to init it first!"
             )
             return None
-        x = np.asarray(inputs[0])
-        if x.ndim != 4:
-            _log_python("E inference: Catch exception when setting inputs.")
-            _log_python(
-                f"E inference: The input shape {x.shape} is wrong, expect 4 dims like (1, 640, 640, 3)"
-            )
+        x = self._check_inputs(inputs)
+        if x is None:
             return None
         self.inference_threads.add(threading.get_ident())
         self.inference_count += 1
-        # Outputs carry the input's mean, so tests can check which frame produced which result.
+        self.last_inputs = [np.array(a) for a in inputs]
+        # Outputs carry the first input's mean, so tests can check which frame produced which result.
         value = float(x.mean())
-        return [np.full(shape, value, dtype=np.float32) for shape in self.npu.output_shapes]
+        return [np.full(shape, value, dtype=np.float32) for shape in self.output_shapes()]
 
     def release(self) -> None:
         self.released = True
         self.initialised = False
+
+
+def _io_shapes(data: bytes) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
+    """(input runtime shapes, output runtime shapes) the header lists; empty when it lists none."""
+    from rknnlaunch._errors import ModelError
+    from rknnlaunch.model._rknnfile import parse_rknn
+
+    try:
+        info = parse_rknn(data)
+    except ModelError:
+        return (), ()
+    return (
+        tuple(t.runtime_shape() for t in info.inputs),
+        tuple(t.runtime_shape() for t in info.outputs),
+    )
 
 
 def _metadata(data: bytes) -> dict[str, Any]:
@@ -254,7 +299,10 @@ class SimulatedNpu:
     single_core_ms: float = 1000.0 / 73.5
     gil_ms: float = 0.0
     outputs: str = "value"
-    output_shapes: tuple[tuple[int, ...], ...] = ((1, 6, 8400),)
+    output_shapes: tuple[tuple[int, ...], ...] = ()
+    """Empty: the loaded model's output shapes (see `FakeNpu.output_shapes`)."""
+    runtime_version: str = "2.3.2"
+    """The simulated librknnrt's version (a model built by a newer toolkit fails to init)."""
     crash_value: int | None = None
     none_value: int | None = None
     trace: bool = False
@@ -284,7 +332,12 @@ def _process_npu(config: SimulatedNpu) -> FakeNpu:
         if npu is None:
             soc = soc_by_name(config.soc)
             assert soc is not None
-            npu = _NPUS[config] = FakeNpu(soc, output_shapes=config.output_shapes, init_window=0.0)
+            npu = _NPUS[config] = FakeNpu(
+                soc,
+                runtime_version=config.runtime_version,
+                output_shapes=config.output_shapes,
+                init_window=0.0,
+            )
         return npu
 
 
@@ -384,13 +437,11 @@ class SimRKNNLite(FakeRKNNLite):
                 "E inference: Runtime environment is not inited, please call init_runtime to init it first!"
             )
             return None
-        x = np.asarray(inputs[0])
-        if x.ndim != 4:
-            _log_python(
-                f"E inference: The input shape {x.shape} is wrong, expect 4 dims like (1, 640, 640, 3)"
-            )
+        x = self._check_inputs(inputs)
+        if x is None:
             return None
-        first = int(x[0, x.shape[1] // 2, x.shape[2] // 2, 0])  # the centre survives a letterbox
+        # An image's centre survives a letterbox; other inputs: their first element.
+        first = int(x[0, x.shape[1] // 2, x.shape[2] // 2, 0]) if x.ndim == 4 else int(x.flat[0])
         if self.config.crash_value is not None and first == self.config.crash_value:
             os.kill(os.getpid(), signal.SIGKILL)
         if self.config.none_value is not None and first == self.config.none_value:
@@ -412,7 +463,7 @@ class SimRKNNLite(FakeRKNNLite):
         if self.config.outputs == "yolo":
             outputs = [output.copy() for output in _yolo_outputs()]
         else:
-            outputs = [np.full(shape, float(first), dtype=np.float32) for shape in self.npu.output_shapes]
+            outputs = [np.full(shape, float(first), dtype=np.float32) for shape in self.output_shapes()]
         hold_gil(self.config.gil_ms / 2)
         return outputs
 

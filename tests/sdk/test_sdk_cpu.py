@@ -12,7 +12,7 @@ import pytest
 from rknnfile_builder import write_rknn
 
 import rknnlaunch
-from rknnlaunch import InferenceError, ModelError, Pool
+from rknnlaunch import InferenceError, ModelError, Pool, UsageError
 from rknnlaunch.npu import HostRoot
 from rknnlaunch.settings._env import load_settings
 
@@ -96,10 +96,15 @@ def test_rknn_model_falls_back_to_the_onnx_next_to_it(
 @needs_model
 def test_cpu_input_errors_are_actionable(onnx_model: Path) -> None:
     with rknnlaunch.open(onnx_model, backend="cpu", settings=load_settings({})) as runtime:
-        with pytest.raises(InferenceError, match="letterbox the image to 640x640"):
+        # The same check, and the same UsageError, as on the NPU (issue 19): input, expected, given.
+        with pytest.raises(UsageError, match=r"uint8 of shape \(480, 640, 3\).*1x640x640x3") as error:
             runtime.infer(np.zeros((480, 640, 3), np.uint8))
-        with pytest.raises(InferenceError, match="dtype is float32"):
-            runtime.infer(np.zeros((640, 640, 3), np.float32))
+        assert "640x640" in error.value.fix
+        with pytest.raises(UsageError, match=r"float64 .* dtypes uint8/int8/float16/float32") as error:
+            runtime.infer(np.zeros((640, 640, 3), np.float64))
+        assert "astype(np.float32)" in error.value.fix
+        # float32 pixels are taken as RKNNLite takes them (0-255, scaled by the model)
+        assert runtime.infer(np.zeros((640, 640, 3), np.float32))[0].shape[0] == 1
     with pytest.raises(InferenceError, match="closed"):
         runtime.infer(np.zeros((640, 640, 3), np.uint8))
 

@@ -74,7 +74,7 @@ def test_map_keeps_order_with_bounded_in_flight(setup: tuple[Path, Any, Simulate
         values = [value_of(first)] + [value_of(outputs) for outputs in results]
         assert values == list(range(60))
         with pytest.raises(
-            UsageError, match=r"uint16 of shape \(640, 640, 3\); this model takes uint8 640x640x3"
+            UsageError, match=r"uint16 of shape \(640, 640, 3\); this model takes 'images' uint8 1x640x640x3"
         ):
             pool.submit(frame(1).astype(np.uint16))
         with pytest.raises(InferenceError, match="returned no outputs on NPU rk3588 core"):
@@ -267,10 +267,29 @@ def test_leaving_with_on_ctrl_c_fails_queued_frames_instead_of_running_them(
 ) -> None:
     model, settings, sim = setup
     slow = SimulatedNpu(sim.lock_dir, single_core_ms=200.0)
+    running = threading.Event()
+    factory: Any = slow
+    if workers == "thread":
+        # A thread worker takes frame 0 from the queue when it gets to it: the interrupt must land
+        # after that (awaited, not timed; it once landed first and failed frame 0 as queued, issue 19).
+        def factory() -> Any:
+            lite = slow()
+            inference = lite.inference
+
+            def noting_start(inputs: list[Any], **options: Any) -> Any:
+                running.set()
+                return inference(inputs, **options)
+
+            lite.inference = noting_start  # type: ignore[method-assign]
+            return lite
+    else:
+        running.set()  # a free worker process is sent frame 0 inside submit() itself
     futures: list[Future[Any]] = []
-    pool = Pool(model, [0], settings=settings, rknnlite=slow, workers=workers)  # type: ignore[arg-type]
+    pool = Pool(model, [0], settings=settings, rknnlite=factory, workers=workers)  # type: ignore[arg-type]
     with pytest.raises(KeyboardInterrupt), pool:
-        futures = [pool.submit(frame(i)) for i in range(8)]
+        futures = [pool.submit(frame(0))]
+        assert running.wait(60)
+        futures += [pool.submit(frame(i)) for i in range(1, 8)]
         raise KeyboardInterrupt
     outcomes = [f.exception(timeout=60) for f in futures]
     assert outcomes[0] is None  # running when the interrupt came: it ends

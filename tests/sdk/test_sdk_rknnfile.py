@@ -28,7 +28,9 @@ def test_hand_built_header_and_metadata() -> None:
     assert info.format_version == 6
     assert info.toolkit_version == "2.3.2+81f21f4d"
     assert info.target_platforms == ("rk3588",)
-    assert [t.describe() for t in info.inputs] == ["images [1x640x640x3] uint8"]
+    # As real files: the NCHW graph shape, exchanged NHWC (docs/hardware.md#real-rknn-headers)
+    assert [t.shape for t in info.inputs] == [(1, 3, 640, 640)]
+    assert [t.describe() for t in info.inputs] == ["images [1x640x640x3] NHWC int8"]
     assert [(t.name, t.shape) for t in info.outputs] == [("output0", (1, 6, 8400))]
     assert info.source_platform == "ONNX"
 
@@ -91,7 +93,7 @@ def test_model_inspect_prints_the_metadata(tmp_path: Path, capsys: pytest.Captur
     assert main(["model", "inspect", str(model)]) == 0
     out = capsys.readouterr().out
     assert "toolkit version  2.5.0" in out and "target platform  rk3576" in out
-    assert "input 0          images [1x640x640x3] uint8" in out
+    assert "input 0          images [1x640x640x3] NHWC int8" in out
     assert main(["model", "inspect", "--json", str(model)]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["toolkit_version"] == "2.5.0" and data["outputs"][0]["shape"] == [1, 6, 8400]

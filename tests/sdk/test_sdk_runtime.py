@@ -115,11 +115,12 @@ def test_pool_propagates_a_failed_frame(host_factory: HostFactory, model: Path) 
     host = host_factory("rk3588-drm")
     with Pool(model, settings=settings_for(host), rknnlite=fake_for("rk3588").factory) as pool:
         with pytest.raises(
-            rknnlaunch.UsageError, match=r"shape \(640, 640\); this model takes uint8 640x640x3"
+            rknnlaunch.UsageError, match=r"shape \(640, 640\); this model takes 'images' uint8 1x640x640x3"
         ):
             pool.infer(np.zeros((640, 640), dtype=np.uint8))
-        with pytest.raises(rknnlaunch.UsageError, match="float32 of shape"):
-            pool.submit(np.zeros((640, 640, 3), dtype=np.float32))
+        with pytest.raises(rknnlaunch.UsageError, match="float64 of shape") as error:
+            pool.submit(np.zeros((640, 640, 3), dtype=np.float64))
+        assert "astype(np.float32)" in error.value.fix
         assert pool.infer(frame(1))[0].shape == (1, 6, 8400)
 
 
