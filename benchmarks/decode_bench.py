@@ -1,7 +1,7 @@
 """Benchmark: decoding every YOLO layout, 640x640, 20 objects, ours vs edgefirst-decoder.
 
 For each layout, ``--frames`` realistic frames (noise everywhere, each object seen by 3 x 3
-neighbouring anchors; `rknnlaunch.yolo._synth.realistic_layout_frame`) are decoded ``--repeat``
+neighbouring anchors; `rknnlaunch.yolo.testing.realistic_layout_frame`) are decoded ``--repeat``
 times by `make_decoder`'s decoder (letterbox mapping and masks included). Where
 ``edgefirst-decoder`` (Rust, PyPI) decodes the same tensors (Ultralytics detection and
 segmentation tables, end-to-end [1, N, 6]), it decodes them in the same loop, interleaved call
@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rknnlaunch.yolo import Detections, LetterboxInfo, make_decoder
-from rknnlaunch.yolo._synth import realistic_layout_frame
+from rknnlaunch.yolo.testing import realistic_layout_frame
 
 CONF, IOU = 0.25, 0.45
 CASES = (

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rknnlaunch.yolo import Detections, YoloDecoder
-from rknnlaunch.yolo._synth import quantise, realistic_frame
+from rknnlaunch.yolo.testing import quantise, realistic_frame
 
 CONF, IOU = 0.25, 0.45
 Outputs = list[npt.NDArray[np.float32]]

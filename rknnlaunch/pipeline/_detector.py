@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,7 @@ from ..settings._env import NpuSettings
 from ..yolo._decode import class_count
 from ..yolo._masks import MaskResolution
 from ..yolo._types import Detections
-from ._spec import ModelPipeline
+from ._spec import ModelPipeline, shown_names
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,7 @@ class DetectTask:
             _one_opencv_thread()  # one process per context already fills the CPUs
         label = runtime.label
         classes: list[int | None] = []
+        names: list[tuple[str, ...] | None] = []
 
         def detect(frame: np.ndarray[Any, Any]) -> _WorkerResult:
             started = time.perf_counter()
@@ -99,6 +100,9 @@ class DetectTask:
                     classes.append(class_count([tuple(output.shape) for output in outputs]))
                 except UsageError:
                     classes.append(None)
+                names.append(shown_names(found.names, classes[0]))
+            if found.names is None and names[0] is not None:
+                found = replace(found, names=names[0])
             return _WorkerResult(
                 found, started, boxed - started, inferred - boxed, done - inferred, label, classes[0]
             )
@@ -189,7 +193,8 @@ class Detector(WorkerFront):
         )
         self._adopt(group)
         detect_task = group.task
-        assert isinstance(detect_task, DetectTask)
+        if not isinstance(detect_task, DetectTask):  # make_task above is the group's only factory
+            raise TypeError(f"the detector's worker task is {type(detect_task).__name__}, not DetectTask")
         self.pipeline: ModelPipeline = detect_task.pipeline
         self.class_names: list[str] | None = class_names(self.pipeline.metadata)
         self._count = 0

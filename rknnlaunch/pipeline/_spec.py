@@ -2,38 +2,88 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._errors import UsageError
+from .._errors import RknnLaunchError, UsageError
 from ..model._facts import embedded_pad_and_names
-from ..model._metadata import decoder_facts, input_size, model_metadata, pad_for
+from ..model._metadata import decoder_facts, input_size, model_metadata
 from ..yolo._decode import YoloDecoder
-from ..yolo._layouts import LAYOUTS, TASKS
-from ..yolo._letterbox import Letterboxer
+from ..yolo._draw import COCO_NAMES
+from ..yolo._layouts import LAYOUTS, TASKS, detect_layout
+from ..yolo._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS, Letterboxer
 from ..yolo._masks import MaskResolution
 
+DEFAULT_PAD = PAD_ULTRALYTICS
+"""Letterbox pad when neither the converted facts nor the head layout say (most YOLO models are
+trained with Ultralytics, which pads with grey 114)."""
 
-def make_decoder(
-    conf_threshold: float,
-    iou_threshold: float,
-    facts: dict[str, Any] | None = None,
-    task: str | None = None,
-    layout: str | None = None,
-    masks: MaskResolution = "proto",
-) -> YoloDecoder:
-    """The one place the pipeline builds its YOLO decoder: the model file's facts (task, class
-    names, input size, ...) plus what the user forced; the layout itself is read from the output
-    shapes on the first frame (docs/yolo.md)."""
-    return YoloDecoder(
-        conf_threshold,
-        iou_threshold,
-        layout=layout,  # type: ignore[arg-type]  # checked against LAYOUTS in ModelPipeline
-        metadata=facts,
-        task=task,
-        masks=masks,
-    )
+ZOO_LAYOUT_PREFIX = "rknn-"
+"""rknn_model_zoo heads (`rknn-9`, `rknn-seg`, ...): the zoo's demos letterbox with black (0)."""
+
+
+@dataclass(frozen=True)
+class PadChoice:
+    """The letterbox pad for a model and why (`model inspect` prints the reason)."""
+
+    value: int
+    reason: str
+
+
+def output_shapes(metadata: Mapping[str, Any]) -> list[tuple[int, ...]] | None:
+    """The output shapes in a `model_metadata` dict, None when any dimension is not a fixed number."""
+    outputs = metadata.get("outputs")
+    if not isinstance(outputs, list) or not outputs:
+        return None
+    shapes: list[tuple[int, ...]] = []
+    for tensor in outputs:
+        shape = tensor.get("shape") if isinstance(tensor, dict) else None
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape):
+            return None
+        shapes.append(tuple(shape))
+    return shapes
+
+
+def head_layout(metadata: Mapping[str, Any], facts: Mapping[str, Any] | None = None) -> str | None:
+    """The YOLO output layout of a model file from its recorded output shapes (None if not YOLO)."""
+    shapes = output_shapes(metadata)
+    if shapes is None:
+        return None
+    try:
+        return detect_layout(shapes, decoder_facts(metadata) if facts is None else facts)
+    except RknnLaunchError:
+        return None
+
+
+def choose_pad(metadata: Mapping[str, Any], forced: int | None = None) -> PadChoice:
+    """One pad rule for .onnx and .rknn alike, by the model's origin (docs/yolo.md#letterbox-pad):
+    ``--pad``/``pad=`` when given; else the pad `rknnlaunch convert` embedded; else the head
+    layout (Ultralytics heads 114, rknn_model_zoo heads 0); else `DEFAULT_PAD`. The file suffix
+    plays no part: the same network as .onnx and as .rknn letterboxes to the same tensor."""
+    if forced is not None:
+        return PadChoice(forced, "given (--pad)")
+    embedded, _ = embedded_pad_and_names(metadata)
+    if embedded is not None:
+        return PadChoice(embedded, "embedded by rknnlaunch convert")
+    layout = head_layout(metadata)
+    if layout is not None and layout.startswith(ZOO_LAYOUT_PREFIX):
+        return PadChoice(PAD_RKNN_MODEL_ZOO, f"{layout} head (rknn_model_zoo pads with black)")
+    if layout is not None:
+        return PadChoice(PAD_ULTRALYTICS, f"{layout} head (Ultralytics pads with grey 114)")
+    return PadChoice(DEFAULT_PAD, "default (no embedded pad, head layout not recognised)")
+
+
+def shown_names(model_names: Sequence[str] | None, classes: int | None) -> tuple[str, ...] | None:
+    """The class names results carry (one rule for `Detector`, `detect` and the sample app): the
+    model's own (its metadata, or the facts `rknnlaunch convert` embedded); else COCO's 80 names
+    when the outputs carry exactly 80 classes; else None (results show class ids)."""
+    if model_names is not None:
+        return tuple(model_names)
+    if classes == len(COCO_NAMES):
+        return COCO_NAMES
+    return None
 
 
 def check_decoder_options(task: str | None, layout: str | None, masks: str) -> None:
@@ -61,8 +111,8 @@ class ModelPipeline:
     input_width: int
     input_height: int
     pad_value: int
-    conf_threshold: float
-    iou_threshold: float
+    conf: float
+    iou: float
     task: str | None = None
     """Forced task (detect/segment/pose/obb); None = from the metadata or the output shapes."""
     layout: str | None = None
@@ -75,39 +125,47 @@ class ModelPipeline:
         cls,
         path: Path,
         pad_value: int | None = None,
-        conf_threshold: float = 0.25,
-        iou_threshold: float = 0.45,
+        conf: float = 0.25,
+        iou: float = 0.45,
         *,
         task: str | None = None,
         layout: str | None = None,
         masks: MaskResolution = "proto",
     ) -> ModelPipeline:
-        """Read the file's metadata once; ``pad_value`` None = the default for its format (`pad_for`).
+        """Read the file's metadata once; ``pad_value`` None = the model's pad (`choose_pad`).
 
         Raises `UsageError` for a bad pad value or thresholds before any runtime is opened.
         """
         metadata = model_metadata(path)
         width, height = input_size(metadata)
-        embedded_pad, _ = embedded_pad_and_names(metadata)  # the pad `rknnlaunch convert` recorded
-        if pad_value is not None:
-            pad = pad_value
-        else:
-            pad = embedded_pad if embedded_pad is not None else pad_for(path)
+        pad = choose_pad(metadata, pad_value).value
         check_decoder_options(task, layout, masks)
-        pipeline = cls(path, metadata, width, height, pad, conf_threshold, iou_threshold, task, layout, masks)
+        pipeline = cls(path, metadata, width, height, pad, conf, iou, task, layout, masks)
         pipeline.stages()  # validates pad and thresholds now
         return pipeline
 
+    @property
+    def conf_threshold(self) -> float:
+        """Deprecated spelling of ``conf`` (kept for callers not yet moved)."""
+        return self.conf
+
+    @property
+    def iou_threshold(self) -> float:
+        """Deprecated spelling of ``iou``."""
+        return self.iou
+
+    def decoder(self) -> YoloDecoder:
+        """The model's decoder: its file's facts (task, class names, input size, ...) plus what the
+        user forced; the layout itself is read from the output shapes on the first frame."""
+        return YoloDecoder(
+            self.conf,
+            self.iou,
+            layout=self.layout,  # type: ignore[arg-type]  # checked against LAYOUTS in for_model
+            metadata=decoder_facts(self.metadata),
+            task=self.task,
+            masks=self.masks,
+        )
+
     def stages(self) -> tuple[Letterboxer, YoloDecoder]:
         """A fresh letterboxer and decoder (one pair per thread: the letterbox buffer is reused)."""
-        return (
-            Letterboxer((self.input_width, self.input_height), pad_value=self.pad_value),
-            make_decoder(
-                self.conf_threshold,
-                self.iou_threshold,
-                decoder_facts(self.metadata),
-                self.task,
-                self.layout,
-                self.masks,
-            ),
-        )
+        return Letterboxer((self.input_width, self.input_height), pad_value=self.pad_value), self.decoder()

@@ -1,15 +1,18 @@
 """YOLO output decoding for every layout in `_layouts` (float or int8/uint8), into `Detections`.
 
 `make_decoder` is the one factory: shapes (+ metadata) -> a `Decoder` whose call turns one
-frame's raw outputs into detections in source-image pixels. Thresholds are applied before
-anything per anchor is computed (in the quantised domain for integer outputs), box/keypoint/
-angle/mask work is done only for the survivors, masks only for the boxes NMS kept.
+frame's raw outputs into detections in source-image pixels; `YoloDecoder` (what the SDK and CLI
+use) makes one per set of output shapes it sees. Thresholds are ``conf`` and ``iou`` everywhere.
+They are applied before anything per anchor is computed (in the quantised domain for integer
+outputs), box/keypoint/angle/mask work is done only for the survivors, masks only for the boxes
+NMS kept. Nothing above the threshold gives an empty `Detections` with the task's fields.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -146,13 +149,29 @@ class _Found:
         )
 
 
-def _empty_found() -> _Found:
-    return _Found(
+def _empty_found(plan: Plan) -> _Found:
+    """No candidates, with the plan's task extras present and empty (masks/keypoints/angles are
+    then empty arrays in the result, as for a frame whose candidates NMS removed)."""
+    found = _Found(
         np.zeros((0, 4), np.float32),
         np.zeros((0,), np.float32),
         np.zeros((0,), np.int64),
         np.zeros((0,), np.intp),
     )
+    if plan.task == "obb":
+        found.angles = np.zeros((0,), np.float32)
+    elif plan.task == "pose":
+        found.keypoints = np.zeros((0, plan.keypoint_shape[0], 3), np.float32)
+    elif plan.task == "segment":
+        found.coefficients = np.zeros((0, _mask_channels(plan)), np.float32)
+    return found
+
+
+def _mask_channels(plan: Plan) -> int:
+    """Mask coefficients per detection: the protos' channel count."""
+    if plan.protos is None:
+        return plan.mask_channels
+    return int(plan.shapes[plan.protos][-3])
 
 
 def _best_class(
@@ -253,7 +272,7 @@ def _decode_split(
         boxes = _branch_boxes(dist, anchors, branch.width, stride_x, stride_y, angles)
         parts.append((boxes, scores, classes, anchors + branch.offset, angles))
     if not parts:
-        return _empty_found()
+        return _empty_found(plan)
     if len(parts) == 1:
         boxes, scores, classes, anchors, angles = parts[0]
         found = _Found(boxes, scores, classes, anchors, angles)
@@ -290,7 +309,8 @@ def _gather_coefficients(
 ) -> FloatArray:
     out = np.empty((anchors.size, plan.mask_channels), np.float32)
     for branch in plan.branches:
-        assert branch.coefficients is not None
+        if branch.coefficients is None:  # every seg branch has one (plan_layout); nothing to gather
+            continue
         cells = branch.height * branch.width
         inside = (anchors >= branch.offset) & (anchors < branch.offset + cells)
         if inside.any():
@@ -315,7 +335,7 @@ def _decode_table(
     floor = _quantised_floor(conf, table_q, table.dtype)
     anchors = np.flatnonzero(class_scores.max(axis=0) >= floor)
     if anchors.size == 0:
-        return _empty_found()
+        return _empty_found(plan)
     anchors, classes, scores = _best_class(class_scores, anchors, table_q, conf, False)
     cxcywh = _dequantise(table[:4, anchors], table_q)
     boxes = np.empty((anchors.size, 4), np.float32)
@@ -374,7 +394,7 @@ def _decode_yolov5(
         global_anchor = (branch.offset + cell) * len(anchors_wh) + a_idx
         parts.append(_Found(boxes, score.astype(np.float32), best.astype(np.int64), global_anchor))
     if not parts:
-        return _empty_found()
+        return _empty_found(plan)
     return _Found(
         np.concatenate([p.boxes for p in parts]),
         np.concatenate([p.scores for p in parts]),
@@ -440,14 +460,14 @@ class Decoder:
         self,
         plan: Plan,
         *,
-        conf_threshold: float = 0.25,
-        iou_threshold: float = 0.45,
+        conf: float = 0.25,
+        iou: float = 0.45,
         max_detections: int = 300,
         quant: Sequence[Quant | None] | None = None,
         masks: MaskResolution = "proto",
         names: Sequence[str] | None = None,
     ) -> None:
-        _check_thresholds(conf_threshold, iou_threshold)
+        _check_thresholds(conf, iou)
         if masks not in ("proto", "image"):
             raise UsageError(f"unknown mask resolution {masks!r}", "use 'proto' or 'image'")
         if quant is not None and len(quant) != len(plan.shapes):
@@ -464,8 +484,8 @@ class Decoder:
         self.layout: Layout = plan.layout
         self.task: Task = plan.task
         self.note = plan.note
-        self.conf_threshold = conf_threshold
-        self.iou_threshold = iou_threshold
+        self.conf = conf
+        self.iou = iou
         self.max_detections = max_detections
         self.quant: tuple[Quant | None, ...] = (
             tuple(quant) if quant is not None else (None,) * len(plan.shapes)
@@ -511,7 +531,7 @@ class Decoder:
     def candidates(self, outputs: Sequence[Tensor], info: LetterboxInfo | None = None) -> _Found:
         """Threshold-passing candidates in model-input pixels, before NMS (for tests/benchmarks)."""
         self._check(outputs)
-        plan, quant, conf = self.plan, self.quant, self.conf_threshold
+        plan, quant, conf = self.plan, self.quant, self.conf
         size = self._input_size(outputs, info)
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # NaN/Inf: dropped below
             if plan.layout.startswith("end2end"):
@@ -547,9 +567,9 @@ class Decoder:
             rboxes[:, 2] = found.boxes[:, 2] - found.boxes[:, 0]
             rboxes[:, 3] = found.boxes[:, 3] - found.boxes[:, 1]
             rboxes[:, 4] = found.angles
-            keep = nms_rotated(rboxes, found.scores, found.class_ids, self.iou_threshold, self.max_detections)
+            keep = nms_rotated(rboxes, found.scores, found.class_ids, self.iou, self.max_detections)
         else:
-            keep = nms(found.boxes, found.scores, found.class_ids, self.iou_threshold, self.max_detections)
+            keep = nms(found.boxes, found.scores, found.class_ids, self.iou, self.max_detections)
         kept = found.take(keep)
         return self._result(kept, outputs, info)
 
@@ -562,7 +582,7 @@ class Decoder:
         if len(outputs) != 1 or outputs[0].shape != self.plan.shapes[0] or outputs[0].dtype.kind != "f":
             return None
         rows = outputs[0][0]
-        picked = rows[rows[:, 4] >= self.conf_threshold]  # NaN scores fail the comparison
+        picked = rows[rows[:, 4] >= self.conf]  # NaN scores fail the comparison
         count = picked.shape[0]
         if not np.isfinite(picked).all():
             return None
@@ -613,14 +633,16 @@ class Decoder:
         masks = None
         region = None
         if plan.protos is not None:
-            assert kept.coefficients is not None
-            protos = self._protos(outputs)
+            coefficients = kept.coefficients
+            if coefficients is None:  # every decode path gives seg candidates coefficients
+                coefficients = np.zeros((len(kept.scores), _mask_channels(plan)), np.float32)
+            protos = self._protos(outputs, plan.protos)
             width, height = self._input_size(outputs, info)
             if self.masks == "image" and info is not None:
-                masks = image_masks(kept.coefficients, protos, boxes, info)
+                masks = image_masks(coefficients, protos, boxes, info)
                 region = (0.0, 0.0, float(info.source_width), float(info.source_height))
             else:
-                masks = proto_masks(kept.coefficients, protos, input_boxes, width, height)
+                masks = proto_masks(coefficients, protos, input_boxes, width, height)
                 proto_h, proto_w = protos.values.shape[1:]
                 full = LetterboxInfo.identity(width, height) if info is None else info
                 region = source_region(full, proto_w, proto_h)
@@ -635,9 +657,7 @@ class Decoder:
             names=self.names,
         )
 
-    def _protos(self, outputs: Sequence[Tensor]) -> Protos:
-        index = self.plan.protos
-        assert index is not None
+    def _protos(self, outputs: Sequence[Tensor], index: int) -> Protos:
         tensor = outputs[index]
         values = tensor.reshape(tensor.shape[-3:])
         entry = self.quant[index]
@@ -646,10 +666,10 @@ class Decoder:
         return Protos(values, float(entry.zero_point), float(entry.scale))
 
 
-def _check_thresholds(conf_threshold: float, iou_threshold: float) -> None:
-    if not 0.0 <= conf_threshold <= 1.0 or not 0.0 <= iou_threshold <= 1.0:
+def _check_thresholds(conf: float, iou: float) -> None:
+    if not 0.0 <= conf <= 1.0 or not 0.0 <= iou <= 1.0:
         raise UsageError(
-            f"thresholds must lie in 0..1 (confidence {conf_threshold}, IoU {iou_threshold})",
+            f"thresholds must lie in 0..1 (confidence {conf}, IoU {iou})",
             "use e.g. --conf 0.25 --iou 0.45",
         )
 
@@ -667,7 +687,8 @@ def make_decoder(
     anchors: Any = None,
     masks: MaskResolution = "proto",
 ) -> Decoder:
-    """The decoder for a model with these output shapes (the one factory the SDK and CLI use).
+    """The decoder for a model with these output shapes: the one factory every decoder comes from
+    (`YoloDecoder`, hence `Detector`, `detect`, `bench` and `validate`, builds one per shape set).
 
     ``metadata``: the model's metadata (optional keys ``task``, ``names``, ``imgsz``, ``stride``,
     ``layout``, ``kpt_shape``, ``anchors``, ``end2end``). ``layout`` forces a layout, ``task``
@@ -682,8 +703,8 @@ def make_decoder(
     plan = plan_layout(shapes, metadata, layout=layout, task=task, anchors=anchors)
     return Decoder(
         plan,
-        conf_threshold=conf,
-        iou_threshold=iou,
+        conf=conf,
+        iou=iou,
         max_detections=max_detections,
         quant=quant,
         masks=masks,
@@ -691,18 +712,33 @@ def make_decoder(
     )
 
 
+def _deprecated_threshold(old: str, new: str, value: float | None, current: float) -> float:
+    """``value`` of a deprecated keyword (``conf_threshold``/``iou_threshold``), with a warning."""
+    if value is None:
+        return current
+    warnings.warn(
+        f"{old}= is deprecated; use {new}= (the name Detector, the CLI and make_decoder use)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return value
+
+
 class YoloDecoder:
     """Turns raw YOLO outputs into `Detections` in original-image pixels (any layout).
 
-    A thin wrapper over `make_decoder` that detects the layout from the outputs' shapes on each
-    call (cached per shape set). ``layout`` forces one; ``quant`` gives one `Quant` (or None for
-    float outputs) per output, in output order, for int8/uint8 outputs.
+    Detects the layout from the outputs' shapes on each call and decodes with the `make_decoder`
+    decoder for them (cached per shape set): what `Detector`, `detect`, `bench` and `validate` use.
+    ``conf`` / ``iou`` are the score and NMS IoU thresholds (as in `Detector` and ``--conf``/``--iou``).
+    ``layout`` forces one; ``quant`` gives one `Quant` (or None for float outputs) per output, in
+    output order, for int8/uint8 outputs. ``conf_threshold`` / ``iou_threshold`` are deprecated
+    spellings of ``conf`` / ``iou``.
     """
 
     def __init__(
         self,
-        conf_threshold: float = 0.25,
-        iou_threshold: float = 0.45,
+        conf: float = 0.25,
+        iou: float = 0.45,
         max_detections: int = 300,
         layout: Layout | None = None,
         quant: Sequence[Quant | None] | None = None,
@@ -710,12 +746,16 @@ class YoloDecoder:
         metadata: Mapping[str, Any] | None = None,
         task: Task | str | None = None,
         masks: MaskResolution = "proto",
+        conf_threshold: float | None = None,
+        iou_threshold: float | None = None,
     ) -> None:
-        _check_thresholds(conf_threshold, iou_threshold)
+        conf = _deprecated_threshold("conf_threshold", "conf", conf_threshold, conf)
+        iou = _deprecated_threshold("iou_threshold", "iou", iou_threshold, iou)
+        _check_thresholds(conf, iou)
         if layout is not None:
             parse_layout(layout)
-        self.conf_threshold = conf_threshold
-        self.iou_threshold = iou_threshold
+        self.conf = conf
+        self.iou = iou
         self.max_detections = max_detections
         self.layout = layout
         self.quant = None if quant is None else tuple(quant)
@@ -723,6 +763,16 @@ class YoloDecoder:
         self.task = task
         self.masks: MaskResolution = masks
         self._decoders: dict[tuple[tuple[int, ...], ...], Decoder] = {}
+
+    @property
+    def conf_threshold(self) -> float:
+        """Deprecated: ``conf``."""
+        return self.conf
+
+    @property
+    def iou_threshold(self) -> float:
+        """Deprecated: ``iou``."""
+        return self.iou
 
     def decoder_for(self, shapes: Sequence[Sequence[int]]) -> Decoder:
         key = tuple(tuple(int(d) for d in s) for s in shapes)
@@ -733,8 +783,8 @@ class YoloDecoder:
                 self.metadata,
                 layout=self.layout,
                 task=self.task,
-                conf=self.conf_threshold,
-                iou=self.iou_threshold,
+                conf=self.conf,
+                iou=self.iou,
                 max_detections=self.max_detections,
                 quant=self.quant,
                 masks=self.masks,
@@ -752,24 +802,20 @@ def postprocess(
     outputs: Sequence[Tensor],
     info: LetterboxInfo | None = None,
     *,
-    conf_threshold: float = 0.25,
-    iou_threshold: float = 0.45,
+    conf: float = 0.25,
+    iou: float = 0.45,
     max_detections: int = 300,
     layout: Layout | None = None,
     quant: Sequence[Quant | None] | None = None,
     metadata: Mapping[str, Any] | None = None,
     task: Task | str | None = None,
     masks: MaskResolution = "proto",
+    conf_threshold: float | None = None,
+    iou_threshold: float | None = None,
 ) -> Detections:
-    """One-shot `YoloDecoder` call."""
-    decoder = YoloDecoder(
-        conf_threshold,
-        iou_threshold,
-        max_detections,
-        layout,
-        quant,
-        metadata=metadata,
-        task=task,
-        masks=masks,
-    )
+    """``YoloDecoder(...)(outputs, info)`` in one call (one frame; keep a `YoloDecoder` in loops).
+    ``conf_threshold`` / ``iou_threshold`` are deprecated spellings of ``conf`` / ``iou``."""
+    conf = _deprecated_threshold("conf_threshold", "conf", conf_threshold, conf)
+    iou = _deprecated_threshold("iou_threshold", "iou", iou_threshold, iou)
+    decoder = YoloDecoder(conf, iou, max_detections, layout, quant, metadata=metadata, task=task, masks=masks)
     return decoder(outputs, info)

@@ -489,8 +489,7 @@ def _fit_ultralytics(shapes: Sequence[Shape], hints: Hints, layout: Layout) -> P
     channels, count, last = _table_dims(shapes[table], table)
     extra = 0
     kpt = hints.keypoint_shape or COCO_KEYPOINTS
-    if layout == "ultralytics-seg":
-        assert protos is not None
+    if layout == "ultralytics-seg" and protos is not None:
         extra = shapes[protos][1]
     elif layout == "ultralytics-obb":
         extra = 1

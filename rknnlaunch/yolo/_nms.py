@@ -108,8 +108,7 @@ def nms_with(
         dense = int((per_class.astype(np.int64) ** 2).sum()) * 3 > count * count
     else:
         dense = False
-    if dense:
-        assert matrix_iou is not None
+    if dense and matrix_iou is not None:
         overlapping = matrix_iou(sorted_boxes) > iou_threshold
         overlapping &= sorted_classes[:, None] == sorted_classes[None, :]
         higher, lower = np.nonzero(np.triu(overlapping, 1))

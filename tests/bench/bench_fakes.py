@@ -11,7 +11,7 @@ import numpy as np
 from sdk.rknnfile_builder import write_rknn as write_rknn_file
 
 from rknnlaunch.npu import runtime_effective_mask, soc_by_name
-from rknnlaunch.yolo._synth import SynthObject, encode_rknn
+from rknnlaunch.yolo.testing import SynthObject, encode_rknn
 
 # What the fake model "sees": two objects, in 640x640 input pixels.
 OBJECTS = [
@@ -23,8 +23,12 @@ assert RK3588 is not None
 
 
 def write_rknn(path: Path, platform: str = "rk3588", size: int = 640) -> Path:
-    """A minimal .rknn file (the SDK tests' builder): YOLO input ``size`` x ``size``, no outputs listed."""
-    return write_rknn_file(path, targets=(platform,), inputs=(("images", (1, size, size, 3)),), outputs=())
+    """A minimal .rknn file (the SDK tests' builder): YOLO input ``size`` x ``size`` and the rknn-9 outputs
+    `FakeRknnLite` returns (real files list their outputs; the pad rule reads the head layout from them)."""
+    outputs = tuple((f"output{i}", tuple(o.shape)) for i, o in enumerate(encode_rknn([])))
+    return write_rknn_file(
+        path, targets=(platform,), inputs=(("images", (1, size, size, 3)),), outputs=outputs
+    )
 
 
 class FakeRknnLite:

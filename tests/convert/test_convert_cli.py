@@ -216,3 +216,86 @@ def test_validate_after_convert_uses_the_simulator(
     assert doc["schema"] == "rknnlaunch.validate/1" and doc["device"].startswith("rknn-toolkit2 simulator")
     assert doc["total"]["outputs"][0]["cosine_min"] == 0.0
     assert code == (0 if doc["passed"] else 1)
+
+
+def test_the_fake_toolkit_refuses_custom_strings_as_the_real_one_does() -> None:
+    FakeToolkit().config(target_platform="rk3588", custom_string="x" * 1023)
+    with pytest.raises(ValueError, match="must be less than 1024"):
+        FakeToolkit().config(target_platform="rk3588", custom_string="x" * 1024)
+
+
+def test_an_80_class_model_converts_and_keeps_its_names(
+    fake: type[FakeToolkit], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 19: COCO's 80 names are 782 bytes of JSON; with the other facts the string passed the
+    toolkit's 1023-character limit. They now go compressed (zlib + base85) and come back intact."""
+    from tiny_onnx import write_yolov8_onnx
+
+    from rknnlaunch.yolo import COCO_NAMES
+
+    onnx = write_yolov8_onnx(tmp_path / "coco.onnx", COCO_NAMES)
+    out = tmp_path / "coco.rknn"
+    assert main(["convert", str(onnx), "--target", "rk3588", "--fp16", "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "80 names compressed (zlib + base85)" in captured.err
+    assert "80 classes (person, bicycle, car, motorcycle, airplane, ...)" in captured.out
+    custom = fake.instances[0].settings["custom_string"]
+    assert len(custom) <= 1023 and '"class_names_z85"' in custom and "rknnlaunch.facts/2" in custom
+    info = read_rknn(out)
+    assert info.facts is not None and tuple(info.facts.class_names) == COCO_NAMES
+    assert info.facts.input_size == (64, 64) and info.facts.output_layout == "ultralytics"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["coco.onnx", "coco.rknn"]  # no names file
+
+
+def test_names_too_many_even_compressed_go_beside_the_model(
+    fake: type[FakeToolkit], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tiny_onnx import write_yolov8_onnx
+
+    from rknnlaunch import ModelError
+
+    rng = np.random.default_rng(1)
+    names = [f"thing-{rng.integers(1 << 60):x}" for _ in range(300)]  # hex does not compress enough
+    onnx = write_yolov8_onnx(tmp_path / "many.onnx", names, size=128)  # more anchors than rows
+    out = tmp_path / "many.rknn"
+    assert main(["convert", str(onnx), "--target", "rk3588", "--fp16", "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "go to many.names.txt beside the model: ship both files together" in captured.err
+    assert "keep that file next to the .rknn" in captured.out
+    assert len(fake.instances[0].settings["custom_string"]) <= 1023
+    names_file = tmp_path / "many.names.txt"
+    assert names_file.read_text().splitlines() == names
+    info = read_rknn(out)
+    assert info.facts is not None and info.facts.class_names == names
+    # Copied without its names file, or with another model's: said, with what to do.
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    shutil.copy(out, moved / "many.rknn")
+    with pytest.raises(ModelError, match=r"class names are in many.names.txt beside it") as missing:
+        read_rknn(moved / "many.rknn")
+    assert "copy many.names.txt next to many.rknn" in missing.value.fix
+    (moved / "many.names.txt").write_text("a\nb\n")
+    with pytest.raises(ModelError, match=r"is not the names file many\.rknn was converted with"):
+        read_rknn(moved / "many.rknn")
+
+
+def test_every_names_form_reads_back() -> None:
+    """The old list form (schema /1, every file converted before) and both compact forms."""
+    from rknnlaunch.model._facts import ModelFacts, decode_custom_string, encode_custom_string, pack_facts
+
+    base = {
+        "input_size": (640, 640),
+        "pad_value": 114,
+        "output_layout": "ultralytics",
+        "quantization": "int8-hybrid",
+        "source_onnx_sha256": "0" * 64,
+    }
+    two = ModelFacts.model_validate({**base, "class_names": ["Normal", "Fall"]})
+    old = encode_custom_string(two)
+    assert '"class_names":["Normal","Fall"]' in old and "rknnlaunch.facts/1" in old
+    assert decode_custom_string(old) == two
+    many = ModelFacts.model_validate({**base, "class_names": [f"class number {i}" for i in range(200)]})
+    packed = pack_facts(many)
+    assert packed.names_form == "z85" and len(packed.custom_string) <= 1023
+    decoded = decode_custom_string(packed.custom_string)
+    assert decoded is not None and decoded.class_names == many.class_names and decoded.pad_value == 114

@@ -127,3 +127,26 @@ def test_the_blind_int8_model_is_warned_about(work: Path, capsys: pytest.Capture
     assert "every score rounds to 0" in problem and "rknnlaunch convert" in fix
     assert main(["model", "inspect", str(blind)]) == 0
     assert "warning: output output0 [1x6x8400] is int8" in capsys.readouterr().out
+
+
+def test_an_80_class_model_converts_with_its_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 19: rknn-toolkit2 2.5.0 refuses a custom string of 1024 characters or more, and COCO's
+    names as JSON are 782 of them. A tiny YOLOv8-shaped ONNX of our own with COCO's 80 names (the real
+    YOLOv8n COCO export is in the corpus checks) converts, and its names come back from the .rknn."""
+    from tiny_onnx import write_yolov8_onnx
+
+    from rknnlaunch.yolo import COCO_NAMES
+
+    onnx = write_yolov8_onnx(tmp_path / "coco.onnx", COCO_NAMES)
+    model = tmp_path / "coco.rknn"
+    assert main(["convert", str(onnx), "--target", "rk3588", "--fp16", "-o", str(model)]) == 0
+    captured = capsys.readouterr()
+    assert "80 names compressed (zlib + base85)" in captured.err
+    info = read_rknn(model)
+    assert info.facts is not None and tuple(info.facts.class_names) == COCO_NAMES
+    assert info.facts.quantization == "fp16" and info.facts.output_layout == "ultralytics"
+    assert [t.describe() for t in info.outputs] == ["output0 [1x84x84] NCHW float16"]
+    assert main(["model", "inspect", str(model)]) == 0
+    assert "person, bicycle, car" in capsys.readouterr().out

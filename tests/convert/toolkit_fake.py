@@ -29,6 +29,12 @@ class FakeToolkit:
         FakeToolkit.instances.append(self)
 
     def config(self, **kwargs: Any) -> None:
+        # rknn-toolkit2 2.5.0 (rknn/api/rknn_base.py, RKNNBase.config), run here with 1023 and 1024
+        # characters: 1023 is accepted, 1024 raises this ValueError (message verbatim).
+        custom = kwargs.get("custom_string")
+        if custom is not None and len(custom) >= 1024:
+            print("\x1b[1;31mE\x1b[0m \x1b[1;31mrknn-toolkit2 version: 2.5.0\x1b[0m")
+            raise ValueError("The length of custom_string must be less than 1024!")
         self.settings = kwargs
 
     def load_onnx(self, model: str, inputs: Any = None, input_size_list: Any = None) -> int:

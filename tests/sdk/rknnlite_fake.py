@@ -369,7 +369,7 @@ _YOLO_OUTPUTS: list[list[np.ndarray]] = []
 
 def _yolo_outputs() -> list[np.ndarray]:
     if not _YOLO_OUTPUTS:
-        from rknnlaunch.yolo._synth import SynthObject, encode_rknn
+        from rknnlaunch.yolo.testing import SynthObject, encode_rknn
 
         objects = [
             SynthObject((100.0, 140.0, 300.0, 400.0), 0, 0.9),

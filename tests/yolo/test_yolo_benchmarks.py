@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rknnlaunch.yolo import YoloDecoder
-from rknnlaunch.yolo._synth import realistic_frame
+from rknnlaunch.yolo.testing import realistic_frame
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 

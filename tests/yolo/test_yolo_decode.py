@@ -16,7 +16,7 @@ from rknnlaunch.yolo import (
     geometry,
     postprocess,
 )
-from rknnlaunch.yolo._synth import (
+from rknnlaunch.yolo.testing import (
     SynthObject,
     dfl_logits,
     encode_rknn,
@@ -128,8 +128,8 @@ def test_quantised_threshold_keeps_scores_exactly_at_the_threshold() -> None:
     outputs, quant = [q for q, _ in pairs], [qp for _, qp in pairs]
     cls_q, cls_quant = outputs[1], quant[1]
     real = (np.float32(cls_q.max()) - np.float32(cls_quant.zero_point)) * np.float32(cls_quant.scale)
-    assert len(postprocess(outputs, quant=quant, conf_threshold=float(real))) == 1
-    assert len(postprocess(outputs, quant=quant, conf_threshold=float(real) + 1e-4)) == 0
+    assert len(postprocess(outputs, quant=quant, conf=float(real))) == 1
+    assert len(postprocess(outputs, quant=quant, conf=float(real) + 1e-4)) == 0
 
 
 def test_integer_outputs_without_quant_are_refused() -> None:
@@ -156,8 +156,8 @@ def test_boxes_are_clipped_to_the_image() -> None:
 
 def test_thresholds_filter() -> None:
     outputs = encode_rknn(OBJECTS)
-    assert len(postprocess(outputs, conf_threshold=0.62)) == 3
-    assert len(postprocess(outputs, conf_threshold=0.95)) == 0
+    assert len(postprocess(outputs, conf=0.62)) == 3
+    assert len(postprocess(outputs, conf=0.95)) == 0
     assert len(postprocess(outputs, max_detections=2)) == 2
 
 
@@ -189,10 +189,25 @@ def test_layout_detection() -> None:
 
 def test_bad_settings_are_usage_errors() -> None:
     with pytest.raises(UsageError):
-        YoloDecoder(conf_threshold=1.5)
+        YoloDecoder(conf=1.5)
     with pytest.raises(UsageError):
         YoloDecoder(layout="yolov7")  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="quantisation entries"):
         YoloDecoder(quant=[Quant(0, 1.0)])(encode_rknn([]))
     with pytest.raises(ModelError, match=r"layout rknn-9 does not fit .* needs 9 outputs, got 6"):
         YoloDecoder(layout="rknn-9")(encode_rknn([], with_score_sum=False))
+
+
+def test_one_threshold_vocabulary_with_deprecated_aliases() -> None:
+    """conf/iou everywhere (make_decoder, YoloDecoder, postprocess, Detector, --conf/--iou); the old
+    conf_threshold/iou_threshold keywords still work, with a DeprecationWarning."""
+    outputs = encode_ultralytics(OBJECTS)
+    decoder = YoloDecoder(conf=0.5, iou=0.6)
+    assert (decoder.conf, decoder.iou) == (0.5, 0.6)
+    assert decoder.decoder_for([o.shape for o in outputs]).conf == 0.5
+    with pytest.warns(DeprecationWarning, match="conf_threshold= is deprecated; use conf="):
+        old = YoloDecoder(conf_threshold=0.5, iou_threshold=0.6)
+    assert (old.conf, old.iou, old.conf_threshold, old.iou_threshold) == (0.5, 0.6, 0.5, 0.6)
+    with pytest.warns(DeprecationWarning, match="iou_threshold= is deprecated"):
+        same = postprocess(outputs, iou_threshold=0.6)
+    np.testing.assert_array_equal(same.boxes, postprocess(outputs, iou=0.6).boxes)

@@ -97,20 +97,20 @@ def test_unreadable_image_and_unwritable_output_are_usage_errors(image: Path, tm
 
 
 def _pose_outputs() -> list[np.ndarray]:
-    from rknnlaunch.yolo._synth import SynthObject, encode_rknn_pose
+    from rknnlaunch.yolo.testing import SynthObject, encode_rknn_pose
 
     keypoints = tuple((200.0 + 5 * k, 200.0 + 8 * k, 0.9) for k in range(17))
     return encode_rknn_pose([SynthObject((150, 180, 330, 400), 0, 0.9, keypoints=keypoints)])
 
 
 def _obb_outputs() -> list[np.ndarray]:
-    from rknnlaunch.yolo._synth import SynthObject, encode_end2end
+    from rknnlaunch.yolo.testing import SynthObject, encode_end2end
 
     return encode_end2end([SynthObject((100, 200, 300, 260), 1, 0.8, angle=0.5)], task="obb")
 
 
 def _seg_outputs() -> list[np.ndarray]:
-    from rknnlaunch.yolo._synth import SynthObject, encode_end2end
+    from rknnlaunch.yolo.testing import SynthObject, encode_end2end
 
     coefficients = tuple(1.0 if i == 0 else 0.0 for i in range(32))
     table = encode_end2end(

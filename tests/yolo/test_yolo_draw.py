@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rknnlaunch.yolo import Detections, draw_detections, geometry, image_masks, make_decoder
-from rknnlaunch.yolo._synth import SynthObject, encode_ultralytics
+from rknnlaunch.yolo.testing import SynthObject, encode_ultralytics
 
 pytest.importorskip("cv2")
 

@@ -25,7 +25,7 @@ from rknnlaunch.yolo import (
     postprocess,
     rle_decode,
 )
-from rknnlaunch.yolo._synth import (
+from rknnlaunch.yolo.testing import (
     SynthObject,
     encode_end2end,
     encode_rknn,

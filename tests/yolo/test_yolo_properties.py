@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import numpy.typing as npt
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rknnlaunch import ModelError
@@ -98,6 +98,10 @@ def small_layout_shapes(layout: str, nc: int, extra: int) -> tuple[list[tuple[in
     st.booleans(),
     st.sampled_from(["proto", "image"]),
 )
+# Found by --hypothesis-seed=196 (about 1 run in 300 on main): int8 ultralytics-seg with nothing above
+# the threshold raised a bare AssertionError (no mask coefficients on the empty candidates).
+@example(layout="ultralytics-seg", nc=2, extra=1, seed=11694961, specials=[], quantised=True, masks="proto")
+@example(layout="ultralytics-seg", nc=2, extra=1, seed=11694961, specials=[], quantised=True, masks="image")
 def test_every_layout_decodes_any_values_to_finite_results(
     layout: str, nc: int, extra: int, seed: int, specials: list[float], quantised: bool, masks: str
 ) -> None:

@@ -1,4 +1,5 @@
-"""Synthetic YOLO output tensors built from known objects through each layout's exact encoding.
+"""Testing aid, not runtime API: synthetic YOLO outputs built from known objects through each
+layout's exact encoding (docs/yolo.md#test-encoders).
 
 Used by the tests (decode must give the objects back) and the benchmarks (realistic 80-class
 frames without a model). The inverse of the decoders: DFL bins whose softmax expectation is the
@@ -197,7 +198,8 @@ def encode_rknn_seg(
         if rng is not None:
             coef += np.asarray(rng.normal(0, 1, size=coef.shape), np.float32)
         for item in (p for p in grids.placed if p.stride_index == index):
-            assert item.obj.coefficients is not None, "seg objects need mask coefficients"
+            if item.obj.coefficients is None:
+                raise ValueError("seg objects need mask coefficients")
             coef[:, item.anchor] = item.obj.coefficients
         score_sum = np.clip(scores.sum(axis=0, keepdims=True), 0.0, 1.0)[None].astype(np.float32)
         outputs += [box[None], scores[None], score_sum, coef.reshape(1, masks, grid, grid)]
@@ -216,7 +218,8 @@ def encode_rknn_pose(
     total = sum((input_size // s) ** 2 for s in STRIDES)
     kpts = np.zeros((keypoints, 3, total), np.float32)
     for item in grids.placed:
-        assert item.obj.keypoints is not None, "pose objects need keypoints"
+        if item.obj.keypoints is None:
+            raise ValueError("pose objects need keypoints")
         kpts[:, :, grids.global_anchor(item)] = np.asarray(item.obj.keypoints, np.float32)
     heads = [np.concatenate([b, _logits(s)])[None] for b, s in zip(grids.boxes, grids.scores, strict=True)]
     return [*heads, kpts[None]]
@@ -274,10 +277,12 @@ def encode_ultralytics(
         if task == "obb":
             rest[0] = item.obj.angle
         elif task == "pose":
-            assert item.obj.keypoints is not None, "pose objects need keypoints"
+            if item.obj.keypoints is None:
+                raise ValueError("pose objects need keypoints")
             rest[:] = np.asarray(item.obj.keypoints, np.float32).reshape(-1)
         elif task == "segment":
-            assert item.obj.coefficients is not None, "seg objects need mask coefficients"
+            if item.obj.coefficients is None:
+                raise ValueError("seg objects need mask coefficients")
             rest[:] = item.obj.coefficients
     return [table[None]]
 
@@ -352,10 +357,12 @@ def encode_end2end(
         if task == "obb":
             table[row, 6] = obj.angle
         elif task == "pose":
-            assert obj.keypoints is not None, "pose objects need keypoints"
+            if obj.keypoints is None:
+                raise ValueError("pose objects need keypoints")
             table[row, 6:] = np.asarray(obj.keypoints, np.float32).reshape(-1)
         elif task == "segment":
-            assert obj.coefficients is not None, "seg objects need mask coefficients"
+            if obj.coefficients is None:
+                raise ValueError("seg objects need mask coefficients")
             table[row, 6:] = obj.coefficients
     return [table[None]]
 
