@@ -195,9 +195,6 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     failed: list[str] = []
     for model in CORPUS:
-        if model.kind == "rknn":
-            fetch(model, root)
-            continue
         if args.only and model.name not in args.only:
             continue
         for build in args.build or BUILDS:

@@ -224,34 +224,3 @@ def record(simulate: Simulate, recording: Recording, inputs: list[Any], source: 
         recording.inputs[key] = [batch[0] if batch.ndim == 4 else batch]
     recording.manifest.setdefault("sources", {}).setdefault(key, source)
     return [output.copy() for output in recording.outputs[key]]
-
-
-class HeaderRKNNLite(_StandIn):
-    """For shipped .rknn files no simulator can run: checks each input against the header (count,
-    runtime shape with or without the batch, dtype) as librknnrt does and answers zeros of the
-    header's output shapes and dtypes. What it proves is the SDK's handling of the real header."""
-
-    def __init__(self, model: Path) -> None:
-        from rknnlaunch.model._rknnfile import read_rknn
-
-        self.info = read_rknn(model)
-        super().__init__(self, hashlib.sha256(model.read_bytes()).hexdigest())
-        self.seen: list[list[np.ndarray]] = []
-
-    def answer(self, inputs: list[Any]) -> list[np.ndarray] | None:
-        if len(inputs) != len(self.info.inputs):
-            _log(f"E inference: [header] {len(inputs)} inputs given, the model has {len(self.info.inputs)}")
-            return None
-        self.seen.append([np.asarray(t) for t in inputs])
-        # RKNNLite converts every output to float32 unless asked for pass-through.
-        return [np.zeros(tensor.runtime_shape(), np.float32) for tensor in self.info.outputs]
-
-
-@dataclass(frozen=True)
-class HeaderNpu:
-    """A picklable factory of `HeaderRKNNLite` for one model file."""
-
-    model: str
-
-    def __call__(self) -> HeaderRKNNLite:
-        return HeaderRKNNLite(Path(self.model))

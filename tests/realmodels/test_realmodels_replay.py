@@ -6,9 +6,9 @@ input tensor with the simulator's outputs for it. Pinned: `Pool` returns exactly
 `Detector` / `rknnlaunch detect` exactly their decode; `bench` runs; `validate` against the ONNX on
 onnxruntime reports the same agreement the simulator run did, fp16 builds agree >= 0.95, and every
 build's agreement, verdict and likely cause is printed as a table (also written to
-``<cache>/corpus/report.txt``). The shipped .rknn files (BERT, nozcam), which no simulator runs,
-go through `model inspect`, `open` and `Pool` with a stand-in that checks inputs against their
-real headers. Missing recordings fail in strict mode (CI), and skip, loudly, elsewhere.
+``<cache>/corpus/report.txt``). Missing recordings fail in strict mode (CI), and skip, loudly,
+elsewhere. The shipped third-party .rknn files no simulator runs (BERT, nozcam) are
+tests/sdk/test_sdk_real_models.py's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from realchecks import STRICT_OPTION
 from realmodels.corpus import CORPUS, by_name, cache_root, local_path, sha256_file
-from realmodels.replay import HeaderNpu, Recording, ReplayNpu, input_key
+from realmodels.replay import Recording, ReplayNpu, input_key
 
 from fakehost import write
 from rknnlaunch.npu import HostRoot
@@ -32,7 +32,6 @@ from rknnlaunch.settings._env import NpuSettings, load_settings
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 BUILT = [(model.name, build) for model in CORPUS if model.kind == "onnx" for build in ("fp16", "int8")]
-SHIPPED = [model.name for model in CORPUS if model.kind == "rknn"]
 FP16_MIN_AGREEMENT = 0.95
 ROWS: list[dict[str, Any]] = []
 
@@ -238,58 +237,3 @@ def table(request: pytest.FixtureRequest) -> Iterator[list[dict[str, Any]]]:
         )
         for line in lines:
             reporter.write_line(line)
-
-
-@pytest.fixture(params=SHIPPED)
-def shipped(request: pytest.FixtureRequest) -> Path:
-    path = local_path(by_name(request.param))
-    if not path.is_file():
-        missing(request, f"{request.param} ({path}; python tests/realmodels/corpus.py fetches it)")
-    return path
-
-
-def header_inputs(model: Path) -> list[np.ndarray]:
-    from rknnlaunch.model._rknnfile import read_rknn
-
-    dtypes = {
-        "int8": np.int8,
-        "uint8": np.uint8,
-        "float16": np.float16,
-        "float32": np.float32,
-        "int64": np.int64,
-    }
-    tensors = read_rknn(model).inputs
-    # An int8-quantised image input takes uint8 pixels (the runtime quantises them), as users pass them.
-    pixels = [t.dtype == "int8" and len(t.shape) == 4 for t in tensors]
-    return [
-        np.ones(t.runtime_shape(), np.uint8 if image else dtypes[str(t.dtype)])
-        for t, image in zip(tensors, pixels, strict=True)
-    ]
-
-
-def test_model_inspect_reads_the_shipped_rknn(shipped: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from rknnlaunch.cli._main import main
-
-    assert main(["model", "inspect", str(shipped)]) == 0
-    print(capsys.readouterr().out)
-
-
-def test_open_runs_the_shipped_rknn(shipped: Path, settings: NpuSettings) -> None:
-    import rknnlaunch
-
-    inputs = header_inputs(shipped)
-    frame: Any = inputs[0] if len(inputs) == 1 else inputs
-    with rknnlaunch.open(shipped, settings=settings, rknnlite=HeaderNpu(str(shipped))) as runtime:  # type: ignore[arg-type]
-        outputs = runtime.infer(frame)
-    assert outputs and all(np.asarray(o).size for o in outputs)
-
-
-@pytest.mark.parametrize("workers", ["thread", "process"])
-def test_pool_runs_the_shipped_rknn(shipped: Path, settings: NpuSettings, workers: str) -> None:
-    from rknnlaunch import Pool
-
-    inputs = header_inputs(shipped)
-    frame: Any = inputs[0][0] if len(inputs) == 1 else inputs
-    with Pool(shipped, settings=settings, rknnlite=HeaderNpu(str(shipped)), workers=workers) as pool:  # type: ignore[arg-type]
-        outputs = pool.infer(frame)
-    assert outputs and all(np.asarray(o).size for o in outputs)
