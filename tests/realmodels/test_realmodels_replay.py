@@ -84,6 +84,7 @@ def test_pool_returns_exactly_the_recorded_outputs(
 
     keys = list(recording.sources("detector:"))
     assert keys, "the recording has no Detector frames"
+    assert all(input_key(recording.inputs[key]) == key for key in keys), "a stored input is not its key's"
     with Pool(
         recording.model, settings=settings, rknnlite=ReplayNpu(str(recording.folder)), workers=workers
     ) as pool:  # type: ignore[arg-type]
