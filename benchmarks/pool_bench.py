@@ -1,6 +1,6 @@
 """Prints how close `Pool` and `Detector` get to a simulated RK3588's limit (issue 11's targets).
 
-Usage: python benchmarks/pool_bench.py [--frames N] [--repeat N]
+Usage: python benchmarks/pool_bench.py [--frames N] [--repeat N] [--only multi-input]
 
 The simulated NPU (tests/sdk/rknnlite_fake.py, `SimulatedNpu`) runs YOLOv8n at the published
 13.6 ms per frame per core (73.5 FPS), one job per core at a time, across threads and processes;
@@ -143,6 +143,59 @@ def dispatch_overhead_us(folder: Path, workers: str, frames: int) -> tuple[float
     return max(pooled_cpu - direct_cpu, 0.0) * 1e6, max(pooled_wall - direct_wall, 0.0) * 1e6
 
 
+def _frame_us(pool: Any, frame: Any, frames: int) -> float:
+    """Wall-clock microseconds per frame through ``pool``, frames pipelined as `map` runs them."""
+    for _ in pool.map(frame for _ in range(50)):
+        pass
+    start = time.perf_counter()
+    for _ in pool.map(frame for _ in range(frames)):
+        pass
+    return (time.perf_counter() - start) / frames * 1e6
+
+
+def multi_input_ratios(folder: Path, frames: int, repeat: int) -> list[tuple[str, float, float, float]]:
+    """Dispatch cost of a 3-input frame through process workers against a 1-input frame of the
+    same bytes, on a zero-cost NPU: (case, single us, multi us, ratio), medians of interleaved runs."""
+    import numpy as np
+    from rknnfile_builder import write_rknn as write_model
+
+    import rknnlaunch
+
+    _, settings = _setup_cached(folder)
+    cases = [
+        ("3 x int64 [1, 32] (BERT-sized) vs 1 x int64 [1, 96]", "int64", 32),
+        ("3 x float32 [1, 102400] vs 1 x float32 [1, 307200]", "float32", 102400),
+    ]
+    found = []
+    for label, dtype, length in cases:
+        single = write_model(
+            folder / f"single-{dtype}.rknn", inputs=(("x", (1, 3 * length), dtype),), outputs=(("y", (1, 8)),)
+        )
+        multi = write_model(
+            folder / f"multi-{dtype}.rknn",
+            inputs=tuple((f"x{i}", (1, length), dtype) for i in range(3)),
+            outputs=(("y", (1, 8)),),
+        )
+        one = np.ones((1, 3 * length), dtype)
+        three = [np.ones((1, length), dtype) for _ in range(3)]
+        sim = _sim(folder, single_core_ms=0.0)
+        samples: dict[str, list[float]] = {"single": [], "multi": []}
+        with (
+            rknnlaunch.Pool(
+                single, cores=[0], settings=settings, rknnlite=sim, workers="process"
+            ) as pool_one,
+            rknnlaunch.Pool(
+                multi, cores=[1], settings=settings, rknnlite=sim, workers="process"
+            ) as pool_three,
+        ):
+            for _ in range(repeat):  # interleaved: the machine's load shifts both alike
+                samples["single"].append(_frame_us(pool_one, one, frames))
+                samples["multi"].append(_frame_us(pool_three, three, frames))
+        single_us, multi_us = statistics.median(samples["single"]), statistics.median(samples["multi"])
+        found.append((label, single_us, multi_us, multi_us / single_us))
+    return found
+
+
 _CACHE: dict[Path, tuple[Path, Any]] = {}
 
 
@@ -182,10 +235,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=600, help="timed frames per case (600)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per case; the median is shown (3)")
+    parser.add_argument("--only", choices=["multi-input"], help="run only that part")
     args = parser.parse_args()
     frames, repeat = args.frames, max(1, args.repeat)
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
+        if args.only == "multi-input":
+            for label, single_us, multi_us, ratio in multi_input_ratios(folder, frames, max(repeat, 5)):
+                print(f"{label}: {multi_us:.0f} us vs {single_us:.0f} us = {ratio:.2f}x (target <= 1.5x)")
+            return
         print(f"simulated RK3588, YOLOv8n {SINGLE_CORE_MS:.1f} ms/core, 3 cores: ideal {IDEAL_FPS:.0f} FPS")
         print(f"{'case':<44} {'threads':>14} {'processes':>16}")
         rows = [
@@ -223,6 +281,12 @@ def main() -> None:
             print(
                 f"dispatch overhead per frame, {workers:<7}: CPU {cpu:5.0f} us, wall {wall:5.0f} us "
                 f"(target <= {target} us)",
+                flush=True,
+            )
+        for label, single_us, multi_us, ratio in multi_input_ratios(folder, 2000, max(repeat, 5)):
+            print(
+                f"multi-input dispatch, process workers, {label}: {multi_us:5.0f} us vs {single_us:5.0f} us "
+                f"= {ratio:.2f}x (target <= 1.5x)",
                 flush=True,
             )
         load = os.getloadavg()[0]

@@ -84,8 +84,11 @@ class WorkerGroup:
             chosen = plan(model, cores, backend, settings, layout, contexts_per_core)
         elif launch_plan.backend == "npu" and launch_plan.target is not None:
             # Already discovered and checked (the bench): only the pure decision again.
-            chosen = choose_contexts(
-                "npu", launch_plan.model, launch_plan.target, cores, layout, contexts_per_core
+            chosen = dataclasses.replace(
+                choose_contexts(
+                    "npu", launch_plan.model, launch_plan.target, cores, layout, contexts_per_core
+                ),
+                inputs=launch_plan.inputs,  # the header was read when the plan was made
             )
         else:
             chosen = launch_plan

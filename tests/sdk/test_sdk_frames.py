@@ -151,9 +151,11 @@ def test_cpu_backend_runs_the_multi_input_onnx_with_the_same_checks() -> None:
             runtime.infer(features)
 
 
-def test_cpu_backend_takes_image_frames_as_the_npu_does() -> None:
+@pytest.mark.parametrize("workers", ["thread", "process"])
+def test_cpu_backend_takes_image_frames_as_the_npu_does(workers: str) -> None:
+    """Process workers report what their runtime takes: the pool checks frames before sending them."""
     pytest.importorskip("onnxruntime")
-    with Pool(TINY / "tiny_image.onnx", settings=load_settings({})) as pool:
+    with Pool(TINY / "tiny_image.onnx", settings=load_settings({}), workers=workers) as pool:  # type: ignore[arg-type]
         assert pool.inputs == (InputSpec("images", (1, 16, 16, 3), "float32", True),)
         assert pool.infer(np.zeros((16, 16, 3), np.uint8))[0].shape == (1, 4, 16, 16)
         with pytest.raises(UsageError, match=r"shape \(320, 320, 3\)"):

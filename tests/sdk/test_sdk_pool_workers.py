@@ -372,12 +372,12 @@ def test_workers_collect_garbage_periodically(
 ) -> None:
     """RKNNLite loops grow through reference cycles (public report): workers gc.collect() every N
     frames (thread workers also at most every GC_MIN_INTERVAL_S: a full collection stalls them all)."""
-    from rknnlaunch.runtime import _workers
+    from rknnlaunch.runtime import _tasks, _threads, _workers
 
     collections: list[int] = []
-    monkeypatch.setattr(_workers.gc, "collect", lambda *args: collections.append(1) or 0)
-    monkeypatch.setattr(_workers, "GC_EVERY", 5)
-    monkeypatch.setattr(_workers, "GC_MIN_INTERVAL_S", 0.0)
+    monkeypatch.setattr(_tasks.gc, "collect", lambda *args: collections.append(1) or 0)
+    monkeypatch.setattr(_workers, "GC_EVERY", 5)  # the pool reads it from its front, per pool
+    monkeypatch.setattr(_threads, "GC_MIN_INTERVAL_S", 0.0)
     model, settings, sim = setup
     with Pool(model, settings=settings, rknnlite=sim) as pool:
         assert len(list(pool.map(frame(1) for _ in range(20)))) == 20
