@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from typing import Any, TextIO
 
 from ..model._metadata import resolve_model
@@ -13,7 +12,7 @@ from ..pipeline._detector import Detector
 from ..runtime._choice import BACKENDS
 from ..runtime._rknnlite import RknnLiteFactory
 from ..settings._env import NpuSettings, load_settings
-from ..yolo import COCO_NAMES, LAYOUTS, TASKS, draw_detections, read_image
+from ..yolo import LAYOUTS, TASKS, draw_detections, read_image
 from ..yolo._image import check_image_writable, write_image
 
 
@@ -26,7 +25,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=BACKENDS, default="auto", help="default: auto (NPU if found)")
     parser.add_argument("--conf", type=float, default=0.25, help="confidence threshold (0.25)")
     parser.add_argument("--iou", type=float, default=0.45, help="NMS IoU threshold (0.45)")
-    parser.add_argument("--pad", type=int, help="letterbox pad value (default 114 for .onnx, 0 for .rknn)")
+    parser.add_argument(
+        "--pad", type=int, help="letterbox pad value (default: the model's, docs/yolo.md#letterbox-pad)"
+    )
     parser.add_argument("--json", action="store_true", help="print the detections as JSON")
     parser.add_argument(
         "--task", choices=TASKS, help="force the task (default: the model's metadata, else its output shapes)"
@@ -74,12 +75,8 @@ def execute(
         masks=args.masks,
     ) as detector:
         result = detector.detect(image)
-    found = result.detections
-    names = list(found.names) if found.names is not None else detector.class_names
-    if names is None and result.class_count == len(COCO_NAMES):
-        names = list(COCO_NAMES)
-    if names is not None and found.names is None:
-        found = replace(found, names=tuple(names))
+    found = result.detections  # named by the SDK's one rule (pipeline shown_names), as the sample app
+    names = list(found.names) if found.names is not None else None
     report = found.to_json(decimals=1)
     rows: list[dict[str, Any]] = report["detections"]
     if args.json:

@@ -172,6 +172,18 @@ def _class_names(metadata: dict[str, str], output_shapes: Sequence[tuple[int, ..
     return list(COCO_NAMES) if count == len(COCO_NAMES) else [f"class{i}" for i in range(count)]
 
 
+def quantization_choice(outputs: int, layout: str, fp16: bool) -> tuple[str, str]:
+    """How `convert` builds a model with this many outputs: (quantization, why), as printed."""
+    if fp16:
+        return "fp16", "float16 throughout (--fp16)"
+    if outputs == 1:
+        return "int8-hybrid", (
+            "int8 with the head's tail in float16 (hybrid quantisation): a single [1, 4+nc, N] output in "
+            "int8 would give boxes and scores one scale and every score would round to 0"
+        )
+    return "int8", f"int8 ({layout}: boxes and scores are separate outputs)"
+
+
 def output_layout(onnx: OnnxFacts, width: int, height: int) -> str:
     """The decoder layout of the ONNX's outputs (dynamic dims filled from the input size)."""
     from ..yolo import detect_layout
@@ -182,6 +194,56 @@ def output_layout(onnx: OnnxFacts, width: int, height: int) -> str:
         return str(detect_layout(shapes))
     except UsageError as exc:
         raise ModelError(exc.problem, exc.fix) from None
+
+
+@dataclass(frozen=True)
+class ConvertPreview:
+    """What `rknnlaunch convert` would do with an ONNX, worked out without the toolkit (`model inspect`)."""
+
+    command: str
+    """The command line to run (int8 with calibration images; --fp16 needs none)."""
+    input_size: tuple[int, int] | None = None
+    layout: str | None = None
+    quantization: str | None = None
+    """Without --fp16: ``int8-hybrid`` (one output) or ``int8`` (split heads)."""
+    why: str | None = None
+    names_form: str | None = None
+    """Where the class names would go: ``list``, ``z85`` or ``file`` (docs/convert.md#class-names)."""
+    problem: str | None = None
+    """Set when convert would refuse the model (with ``fix``)."""
+    fix: str | None = None
+
+
+def preview_convert(path: Path, target: str = "rk3588") -> ConvertPreview:
+    """`convert`'s decisions for ``path`` (its checks, layout, quantisation, names) without running it."""
+    from .._errors import RknnLaunchError
+
+    command = f"rknnlaunch convert {path.name} --target {target} --quant-images CALIBRATION_DIR"
+    try:
+        onnx = read_onnx(path)
+        width, height = input_size(onnx.input_shape, None, onnx.input_name)
+    except RknnLaunchError as exc:
+        return ConvertPreview(command, problem=exc.problem, fix=exc.fix)
+    try:
+        layout = output_layout(onnx, width, height)
+    except RknnLaunchError as exc:
+        return ConvertPreview(command, (width, height), problem=exc.problem, fix=exc.fix)
+    quantization, why = quantization_choice(len(onnx.output_names), layout, fp16=False)
+    facts = ModelFacts.model_validate(
+        {
+            "class_names": list(onnx.class_names),
+            "input_size": (width, height),
+            "pad_value": 114,
+            "output_layout": layout,
+            "quantization": quantization,
+            "source_onnx_sha256": onnx.sha256,
+            "calibration_sha256": "0" * 64,
+            "calibration_images": 100,
+            "toolkit_version": "2.5.0",
+        }
+    )
+    names_form = pack_facts(facts, names_file_for(default_output(path, target, False)).name).names_form
+    return ConvertPreview(command, (width, height), layout, quantization, why, names_form)
 
 
 @contextlib.contextmanager
@@ -230,17 +292,7 @@ def convert(
     frames = decode_all(calibration, "--quant-images") if calibration else []
     factory = toolkit or load_toolkit()
 
-    single = len(onnx.output_names) == 1
-    if request.fp16:
-        quantization, choice = "fp16", "float16 throughout (--fp16)"
-    elif single:
-        quantization = "int8-hybrid"
-        choice = (
-            "int8 with the head's tail in float16 (hybrid quantisation): a single [1, 4+nc, N] output in "
-            "int8 would give boxes and scores one scale and every score would round to 0"
-        )
-    else:
-        quantization, choice = "int8", f"int8 ({layout}: boxes and scores are separate outputs)"
+    quantization, choice = quantization_choice(len(onnx.output_names), layout, request.fp16)
     facts_base: dict[str, Any] = {
         "class_names": list(onnx.class_names),
         "input_size": (width, height),

@@ -351,7 +351,10 @@ def _foreign(name: str, data: bytes) -> str:
 
 def _foreign_fix(data: bytes) -> str:
     if _sniff(data) == "an ONNX model":
-        return "convert it with rknn-toolkit2 (load_onnx, build, export_rknn), or run it with backend='cpu'"
+        return (
+            "convert it: `rknnlaunch convert MODEL.onnx --target rk3588 --quant-images DIR` "
+            "(`rknnlaunch model inspect MODEL.onnx` shows what it would do), or run it on the CPU backend"
+        )
     return "pass the .rknn file exported by rknn-toolkit2"
 
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from .._errors import UsageError
 from ..model._metadata import class_names, resolve_model
+from ..model._rknnfile import read_rknn
 from ..runtime._choice import LaunchPlan
 from ..runtime._open import Runtime
 from ..runtime._pool import CpuAffinity, WorkerFront, WorkerGroup, WorkerKind
@@ -167,6 +168,10 @@ class Detector(WorkerFront):
         masks: MaskResolution = "proto",
     ) -> None:
         path = resolve_model(model)
+        if path.suffix.lower() != ".onnx":
+            # Read first: a file that is no .rknn (bad magic, truncated) is named as such, not as a
+            # missing .onnx twin when the CPU backend looks for one.
+            read_rknn(path)
         if max_contexts is not None and max_contexts < 1:
             raise UsageError(f"max_contexts={max_contexts} opens nothing", "use 1 or more, or None for all")
 

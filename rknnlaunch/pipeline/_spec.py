@@ -12,7 +12,7 @@ from ..model._facts import embedded_pad_and_names
 from ..model._metadata import decoder_facts, input_size, model_metadata
 from ..yolo._decode import YoloDecoder
 from ..yolo._draw import COCO_NAMES
-from ..yolo._layouts import LAYOUTS, TASKS, detect_layout
+from ..yolo._layouts import LAYOUTS, TASKS, Plan, plan_layout
 from ..yolo._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS, Letterboxer
 from ..yolo._masks import MaskResolution
 
@@ -33,28 +33,44 @@ class PadChoice:
 
 
 def output_shapes(metadata: Mapping[str, Any]) -> list[tuple[int, ...]] | None:
-    """The output shapes in a `model_metadata` dict, None when any dimension is not a fixed number."""
+    """The output shapes in a `model_metadata` dict, None when there are none or a shape is unknown.
+
+    A dynamic dimension (an ONNX ``"batch"`` or ``"anchors"``) is filled as the exporter meant it:
+    the batch (first) as 1, any other with the anchor count of strides 8/16/32 for the input size.
+    """
     outputs = metadata.get("outputs")
     if not isinstance(outputs, list) or not outputs:
         return None
+    width, height = input_size(metadata)
+    anchors = sum((width // s) * (height // s) for s in (8, 16, 32))
     shapes: list[tuple[int, ...]] = []
     for tensor in outputs:
         shape = tensor.get("shape") if isinstance(tensor, dict) else None
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape):
+        if not isinstance(shape, list) or not shape:
             return None
-        shapes.append(tuple(shape))
+        dims = [
+            d if isinstance(d, int) and d > 0 else (1 if i == 0 else anchors) for i, d in enumerate(shape)
+        ]
+        shapes.append(tuple(dims))
     return shapes
 
 
-def head_layout(metadata: Mapping[str, Any], facts: Mapping[str, Any] | None = None) -> str | None:
-    """The YOLO output layout of a model file from its recorded output shapes (None if not YOLO)."""
+def head_plan(metadata: Mapping[str, Any]) -> Plan | None:
+    """The YOLO decode plan of a model file from its recorded output shapes and metadata (None if
+    the file records no shapes or they are no layout we decode)."""
     shapes = output_shapes(metadata)
     if shapes is None:
         return None
     try:
-        return detect_layout(shapes, decoder_facts(metadata) if facts is None else facts)
+        return plan_layout(shapes, decoder_facts(metadata))
     except RknnLaunchError:
         return None
+
+
+def head_layout(metadata: Mapping[str, Any]) -> str | None:
+    """The YOLO output layout of a model file (`head_plan`), None if not known."""
+    plan = head_plan(metadata)
+    return None if plan is None else plan.layout
 
 
 def choose_pad(metadata: Mapping[str, Any], forced: int | None = None) -> PadChoice:

@@ -15,8 +15,11 @@ The one factory::
 ``output_shapes`` are the model's output shapes, ``metadata`` its metadata mapping (optional
 keys ``task``, ``names``, ``imgsz``, ``stride``, ``layout``, ``kpt_shape``, ``anchors``,
 ``end2end``). Malformed outputs raise `ModelError` (exit 1) naming the tensor, its shape and what
-was expected; ``decoder.note`` says when other layouts fit the same shapes. `YoloDecoder` and
-`postprocess` are thin wrappers that detect the layout on each call.
+was expected; ``decoder.note`` says when other layouts fit the same shapes. `YoloDecoder(conf, iou,
+...)` detects the layout on each call and decodes with the `make_decoder` decoder for those shapes:
+what `Detector` and the CLI use. `postprocess` is a one-shot `YoloDecoder`. Thresholds are ``conf``
+and ``iou`` everywhere (``conf_threshold``/``iou_threshold`` are deprecated spellings).
+`rknnlaunch.yolo.testing` (test encoders: outputs for known objects) is a testing aid, not API.
 
 Pure numpy; OpenCV (the `vision` extra) is imported only when an image is resized or drawn.
 """

@@ -32,6 +32,7 @@ import rknnlaunch
 from rknnlaunch.yolo import (
     COCO_NAMES,
     Detections,
+    class_name,
 )
 from rknnlaunch.yolo import class_count as yolo_class_count
 
@@ -250,9 +251,8 @@ class FpsMeter:
 
 
 def label_of(class_id: int, names: Sequence[str] | None) -> str:
-    if names is not None and 0 <= class_id < len(names):
-        return names[class_id]
-    return f"class{class_id}"
+    """The name of a class, else ``class N`` (the SDK's `rknnlaunch.yolo.class_name`, as `detect` prints)."""
+    return class_name(class_id, names)
 
 
 def describe(detections: Detections, names: Sequence[str] | None, limit: int = 10) -> str:
@@ -270,8 +270,15 @@ def describe(detections: Detections, names: Sequence[str] | None, limit: int = 1
     return f"{count} object{'s' if count != 1 else ''}: " + ", ".join(parts) + more
 
 
+FROM_MODEL = "model"
+"""``--labels model`` (the default): the names each result carries, by the SDK's one rule (the
+model's own names, from its metadata or what `rknnlaunch convert` embedded; COCO's 80 for an
+80-class model without names; else class ids), exactly as ``rknnlaunch detect`` prints them."""
+
+
 def load_labels(spec: str) -> tuple[str, ...] | None:
-    """``coco`` -> the 80 COCO names, ``none`` -> numeric ids, else a file with one name per line."""
+    """``coco`` -> the 80 COCO names, ``none`` -> numeric ids, else a file with one name per line
+    (``model`` is not loaded here: the results carry those names)."""
     if spec.lower() == "coco":
         return COCO_NAMES
     if spec.lower() == "none":
@@ -330,8 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--labels",
-        default=env("LABELS", "coco"),
-        help="coco, none, or a file with one class name per line (env LABELS)",
+        default=env("LABELS", FROM_MODEL),
+        help="model (default: the names the model carries, as `rknnlaunch detect` shows them), coco, "
+        "none, or a file with one class name per line (env LABELS)",
     )
     parser.add_argument(
         "--conf", type=float, default=env("CONF", "0.25"), help="confidence threshold (env CONF)"
@@ -355,7 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--pad",
         type=int,
         default=None,
-        help="letterbox pad value; default 0 for .rknn (rknn_model_zoo), 114 for .onnx",
+        help="letterbox pad value; default: the model's (embedded by rknnlaunch convert, else 114 for "
+        "Ultralytics heads, 0 for rknn_model_zoo heads)",
     )
     parser.add_argument(
         "--max-frames",
@@ -387,7 +396,8 @@ def latest_only(args: argparse.Namespace) -> bool:
 
 
 def run(args: argparse.Namespace, open_detector: OpenDetector, stop: threading.Event) -> int:
-    names = load_labels(args.labels)
+    from_model = args.labels.lower() == FROM_MODEL
+    names = None if from_model else load_labels(args.labels)
     clock = time.monotonic
     with open_detector(args) as detector:
         log.info("model %s on %s; source %s", args.model, detector.label, args.source)
@@ -399,10 +409,13 @@ def run(args: argparse.Namespace, open_detector: OpenDetector, stop: threading.E
         dropped = 0
         for result in detector.stream(source, latest_only=latest_only(args)):
             if not labels:
-                fitted, warning = fit_labels(names, result.class_count, args.labels)
-                if warning:
-                    log.warning("%s", warning)
-                labels.append(fitted)
+                if from_model:
+                    labels.append(result.detections.names)
+                else:
+                    fitted, warning = fit_labels(names, result.class_count, args.labels)
+                    if warning:
+                        log.warning("%s", warning)
+                    labels.append(fitted)
             detections = result.detections
             timings = result.timings
             dropped += result.dropped

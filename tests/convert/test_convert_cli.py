@@ -299,3 +299,42 @@ def test_every_names_form_reads_back() -> None:
     assert packed.names_form == "z85" and len(packed.custom_string) <= 1023
     decoded = decode_custom_string(packed.custom_string)
     assert decoded is not None and decoded.class_names == many.class_names and decoded.pad_value == 114
+
+
+def test_model_inspect_reads_an_onnx_and_says_what_convert_would_do(
+    onnx: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["model", "inspect", str(onnx)]) == 0
+    out = capsys.readouterr().out
+    assert "format         ONNX" in out and "output 0       output0 [1x6x8400]" in out
+    assert "yolo layout    ultralytics (task detect)" in out and "classes        2: Normal, Fall" in out
+    assert "letterbox pad  114 (ultralytics head" in out
+    assert "int8 with the head's tail in float16" in out
+    assert "rknnlaunch convert yolov8s.onnx --target rk3588 --quant-images" in out
+    assert main(["model", "inspect", str(onnx), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["format"] == "onnx" and doc["decoding"]["layout"] == "ultralytics"
+    assert doc["decoding"]["pad"]["value"] == 114 and doc["decoder_facts"]["names"] == ["Normal", "Fall"]
+    assert doc["convert"]["quantization"] == "int8-hybrid" and doc["convert"]["problem"] is None
+
+
+def test_model_inspect_says_when_convert_would_refuse_an_onnx(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tiny_onnx import write_yolov8_onnx
+
+    from rknnlaunch.yolo import COCO_NAMES
+
+    model = write_yolov8_onnx(tmp_path / "coco.onnx", COCO_NAMES)
+    assert main(["model", "inspect", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "classes        80: person, bicycle" in out and "class names  in the .rknn, compressed" in out
+    wrong = tmp_path / "wrong.onnx"
+    import onnx as onnx_lib
+
+    graph = onnx_lib.load(str(model))
+    graph.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "height"
+    onnx_lib.save(graph, str(wrong))
+    assert main(["model", "inspect", str(wrong)]) == 0
+    out = capsys.readouterr().out
+    assert "would refuse it: the ONNX input 'images' has a dynamic size" in out and "--input-size 640" in out

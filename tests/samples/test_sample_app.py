@@ -300,7 +300,7 @@ def test_describe_limits_and_names() -> None:
         np.arange(12, dtype=np.int64),
     )
     text = app.describe(dets, ("a", "b"), limit=3)
-    assert text == "12 objects: a 0.50 [0,0,10,10], b 0.50 [0,0,10,10], class2 0.50 [0,0,10,10], +9 more"
+    assert text == "12 objects: a 0.50 [0,0,10,10], b 0.50 [0,0,10,10], class 2 0.50 [0,0,10,10], +9 more"
     assert app.describe(app.Detections.empty(), None) == "0 objects"
 
 
@@ -340,18 +340,55 @@ def test_labels_that_do_not_fit_the_model_fall_back_to_ids(
     assert app.fit_labels(("a", "b"), 2, "f.txt") == (("a", "b"), None)
     names, warning = app.fit_labels(app.COCO_NAMES, 2, "coco")
     assert names is None and warning is not None and "80 names but the model predicts 2" in warning
-    # End to end: a 2-class output with the default COCO labels logs ids, not "person"/"bicycle".
+    # End to end: a 2-class output with --labels coco logs ids, not "person"/"bicycle".
     out = np.zeros((1, 6, 8400), np.float32)
     out[0, :, 7] = (320, 320, 100, 100, 0.0, 0.8)
     image = tmp_path / "f.png"
     cv2.imwrite(str(image), np.zeros((640, 640, 3), np.uint8))
     caplog.set_level(logging.INFO, logger="detect")
     code = app.main(
-        ["--source", str(image), "--model", "m.rknn", "--pad", "114"], open_detector=fake_npu([out])
+        ["--source", str(image), "--model", "m.rknn", "--pad", "114", "--labels", "coco"],
+        open_detector=fake_npu([out]),
     )
     assert code == 0
-    assert "frame 1: 1 object: class1 0.80 [270,270,370,370]" in _messages(caplog)
+    assert "frame 1: 1 object: class 1 0.80 [270,270,370,370]" in _messages(caplog)
     assert "80 names but the model predicts 2 classes" in caplog.text
+
+
+def test_the_model_s_own_names_are_used_by_default_as_detect_uses_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, host_factory: Any
+) -> None:
+    """Issue 19: the sample printed class0 and warned about COCO labels for a model whose names
+    `rknnlaunch detect` showed. Both now take the SDK's rule: the names the model carries."""
+    from sdk.rknnfile_builder import flatbuffer_block
+
+    from rknnlaunch.model import ModelFacts, encode_custom_string
+
+    facts = ModelFacts.model_validate(
+        {
+            "class_names": ["Normal", "Fall"],
+            "input_size": (640, 640),
+            "pad_value": 114,
+            "output_layout": "ultralytics",
+            "quantization": "fp16",
+            "source_onnx_sha256": "0" * 64,
+        }
+    )
+    model = write_rknn(
+        tmp_path / "fall.rknn",
+        targets=("rk3588",),
+        outputs=(("output0", (1, 6, 8400)),),
+        block=flatbuffer_block({11: encode_custom_string(facts)}),
+    )
+    out = np.zeros((1, 6, 8400), np.float32)
+    out[0, :, 7] = (320, 320, 100, 100, 0.0, 0.8)
+    image = tmp_path / "f.png"
+    cv2.imwrite(str(image), np.zeros((640, 640, 3), np.uint8))
+    caplog.set_level(logging.INFO, logger="detect")
+    npu = FakeNpuDetector(host_factory("rk3588-drm"), model, [out])
+    assert app.main(["--source", str(image), "--model", str(model)], open_detector=npu) == 0
+    assert "frame 1: 1 object: Fall 0.80 [270,270,370,370]" in _messages(caplog)
+    assert "names but the model predicts" not in caplog.text
 
 
 @pytest.fixture

@@ -205,8 +205,12 @@ def test_one_threshold_vocabulary_with_deprecated_aliases() -> None:
     decoder = YoloDecoder(conf=0.5, iou=0.6)
     assert (decoder.conf, decoder.iou) == (0.5, 0.6)
     assert decoder.decoder_for([o.shape for o in outputs]).conf == 0.5
-    with pytest.warns(DeprecationWarning, match="conf_threshold= is deprecated; use conf="):
+    with pytest.warns(DeprecationWarning) as warned:
         old = YoloDecoder(conf_threshold=0.5, iou_threshold=0.6)
+    assert [str(w.message).split(";")[0] for w in warned] == [
+        "conf_threshold= is deprecated",
+        "iou_threshold= is deprecated",
+    ]
     assert (old.conf, old.iou, old.conf_threshold, old.iou_threshold) == (0.5, 0.6, 0.5, 0.6)
     with pytest.warns(DeprecationWarning, match="iou_threshold= is deprecated"):
         same = postprocess(outputs, iou_threshold=0.6)
