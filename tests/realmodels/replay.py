@@ -28,6 +28,8 @@ MANIFEST = "manifest.json"
 INPUTS = "inputs.npz"
 OUTPUTS = "outputs.npz"
 MODEL = "model.rknn"
+VALIDATE_ROWS: list[dict[str, Any]] = []
+"""`validate`'s figures per replayed build (tests/realmodels/conftest.py prints them as a table)."""
 RECORD_COMMAND = "python tests/realmodels/record.py (in the rknn-toolkit2 venv; .ci/run's slow step)"
 
 

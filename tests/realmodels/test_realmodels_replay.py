@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from realchecks import STRICT_OPTION
 from realmodels.corpus import CORPUS, by_name, cache_root, local_path, sha256_file
-from realmodels.replay import Recording, ReplayNpu, input_key
+from realmodels.replay import VALIDATE_ROWS, Recording, ReplayNpu, input_key
 
 from fakehost import write
 from rknnlaunch.npu import HostRoot
@@ -34,7 +34,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
 MODELS = [model.name for model in CORPUS if not model.unbuildable]
 BUILT = [(name, build) for name in MODELS for build in ("fp16", "int8")]
 FP16_MIN_AGREEMENT = 0.95
-ROWS: list[dict[str, Any]] = []
 
 
 def missing(request: pytest.FixtureRequest, what: str) -> None:
@@ -220,7 +219,14 @@ def test_validate_agrees_with_the_onnx_as_on_the_simulator(
             "mean_iou": total["mean_iou"],
             "cosine_min": min(o["cosine_min"] for o in total["outputs"]),
             "verdict": "PASS" if code == 0 else "FAIL",
-            "likely_cause": doc.get("likely_cause"),
+            "likely_cause": next(
+                (
+                    line.removeprefix("likely cause: ")
+                    for line in out.getvalue().splitlines()
+                    if line.startswith("likely cause: ")
+                ),
+                None,
+            ),
         }
     )
     assert total == simulator["total"], "replayed validate differs from the simulator's own run"
@@ -228,27 +234,7 @@ def test_validate_agrees_with_the_onnx_as_on_the_simulator(
         assert total["agreement"] >= FP16_MIN_AGREEMENT, out.getvalue()
 
 
-@pytest.fixture(scope="session")
-def table(request: pytest.FixtureRequest) -> Iterator[list[dict[str, Any]]]:
-    """validate's figures per build, printed at the end of the session and kept in report.txt."""
-    yield ROWS
-    if not ROWS:
-        return
-    lines = [
-        f"{'model':<22} {'build':<12} {'agreement':>9} {'mean IoU':>8} {'cos min':>8}  verdict  likely cause"
-    ]
-    for row in ROWS:
-        iou = "-" if row["mean_iou"] is None else f"{row['mean_iou']:.3f}"
-        lines.append(
-            f"{row['model']:<22} {row['build']:<12} {row['agreement']:>9.3f} {iou:>8} "
-            f"{row['cosine_min']:>8.4f}  {row['verdict']:<7}  {row['likely_cause'] or '-'}"
-        )
-    text = "\n".join(lines) + "\n"
-    (cache_root() / "report.txt").write_text(text)
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(
-            "\n== corpus: validate on the replayed simulator outputs vs the ONNX on onnxruntime"
-        )
-        for line in lines:
-            reporter.write_line(line)
+@pytest.fixture
+def table() -> list[dict[str, Any]]:
+    """validate's figures per build; tests/realmodels/conftest.py prints them at the end of the run."""
+    return VALIDATE_ROWS
