@@ -17,6 +17,8 @@ def corpus_table() -> list[str]:
             f"{row['model']:<22} {row['build']:<12} {row['agreement']:>9.3f} {iou:>8} "
             f"{row['cosine_min']:>8.4f}  {row['verdict']:<7}  {row['likely_cause'] or '-'}"
         )
+        if row.get("diagnosis"):
+            lines.append(f"{'':<22} {'':<12} our reading: {row['diagnosis']}")
     for model in CORPUS:
         if model.unbuildable:
             lines.append(f"{model.name:<22} not built: {model.unbuildable}")
