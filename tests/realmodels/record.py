@@ -199,6 +199,9 @@ def record_one(model: CorpusModel, build: str, root: Path) -> dict[str, Any]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     index.write_text(json.dumps({"folder": str(folder), "key": key}))
+    for stale in folder.parent.glob(f"{model.name}-{build}-*"):  # older keys: the cache keeps one
+        if stale.is_dir() and stale != folder:
+            shutil.rmtree(stale, ignore_errors=True)
     return {
         "model": model.name,
         "build": build,
