@@ -42,8 +42,10 @@ fi
 pip install -q --no-deps 'rknn-toolkit2==2.5.0'
 # 3. what it needs besides torch. onnx <= 1.18 (1.19 removed onnx.mapping, which the toolkit uses);
 #    protobuf < 7 (onnx 1.18 reads FieldDescriptor.label, gone in protobuf 7); setuptools < 81 (it
-#    imports pkg_resources). opencv: the headless build ([vision]) serves the toolkit's `import cv2`.
+#    imports pkg_resources); numpy < 2.3 (with numpy 2.4 its build of YOLO11's attention block fails,
+#    "only 0-dimensional arrays can be converted to Python scalars"; 2.2 builds it). opencv: the
+#    headless build ([vision]) serves the toolkit's `import cv2`.
 pip install -q 'onnx>=1.16.1,<=1.18.0' 'protobuf>=4.21.6,<7' 'onnxruntime>=1.17' 'psutil>=5.9' \
-  'ruamel.yaml>=0.17.21' 'scipy>=1.9.3' 'tqdm>=4.64.1' 'fast-histogram>=0.11' 'setuptools<81'
+  'ruamel.yaml>=0.17.21' 'scipy>=1.9.3' 'tqdm>=4.64.1' 'fast-histogram>=0.11' 'setuptools<81' 'numpy<2.3'
 python -c 'import cv2' 2>/dev/null || pip install -q 'opencv-python-headless>=4.8'
 python -c 'from rknn.api import RKNN; import importlib.metadata as m; print("rknn-toolkit2", m.version("rknn-toolkit2"), "ready")'

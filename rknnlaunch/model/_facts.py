@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
 
 from .._errors import ModelError
 
@@ -57,8 +57,20 @@ class ModelFacts(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _task_from_layout(cls, data: Any) -> Any:
+        # Files `convert` wrote before it knew task heads say "detect" beside a seg/pose/obb layout.
+        if isinstance(data, dict) and data.get("task", "detect") == "detect":
+            layout = data.get("output_layout")
+            tasks = {"ultralytics-seg": "segment", "ultralytics-pose": "pose", "ultralytics-obb": "obb"}
+            if isinstance(layout, str) and layout in tasks:
+                return {**data, "task": tasks[layout]}
+        return data
+
     schema_: Literal["rknnlaunch.facts/1", "rknnlaunch.facts/2"] = Field(FACTS_SCHEMA, alias="schema")
-    task: Literal["detect"] = "detect"
+    task: Literal["detect", "segment", "pose", "obb"] = "detect"
+    """The head's task; absent or "detect" beside an Ultralytics seg/pose/obb layout: that layout's."""
     class_names: Annotated[list[_Name], Field(min_length=1, max_length=20_000)]
     input_size: tuple[_Dim, _Dim]
     """(width, height) the model was built for."""
@@ -69,7 +81,10 @@ class ModelFacts(BaseModel):
     std: tuple[float, float, float] = (255.0, 255.0, 255.0)
     pad_value: Annotated[StrictInt, Field(ge=0, le=255)]
     """Letterbox pad the model was trained with (Ultralytics: 114)."""
-    output_layout: Literal["rknn-9", "rknn-6", "ultralytics"]
+    output_layout: Literal[
+        "rknn-9", "rknn-6", "ultralytics", "ultralytics-seg", "ultralytics-pose", "ultralytics-obb"
+    ]
+    """What `rknnlaunch.convert.output_layout` detects (Ultralytics task heads convert too)."""
     quantization: Literal["int8-hybrid", "int8", "fp16"]
     source_onnx_sha256: _Sha
     calibration_sha256: _Sha | None = None

@@ -271,3 +271,12 @@ def test_doctor_warns_about_a_blind_int8_model(host_factory: Any, tmp_path: Path
     }
     assert results["model"].status == "warn"
     assert "every score rounds to 0" in results["model"].summary and "--fp16" in (results["model"].fix or "")
+
+
+@pytest.mark.parametrize("layout", ["ultralytics-seg", "ultralytics-pose", "ultralytics-obb"])
+def test_ultralytics_task_heads_are_facts_convert_can_embed(layout: str) -> None:
+    """`convert` detects these layouts (the corpus' YOLO11s-seg); the facts must take them."""
+    assert facts(output_layout=layout).output_layout == layout
+    task = {"ultralytics-seg": "segment", "ultralytics-pose": "pose", "ultralytics-obb": "obb"}[layout]
+    # convert wrote task "detect" beside these layouts: the layout's task wins
+    assert facts(output_layout=layout).task == facts(output_layout=layout, task="detect").task == task
