@@ -12,6 +12,8 @@
 #                              image says so (label io.rknnlaunch.librknnrt.standin, `rknnlaunch doctor`)
 #   --probe-models DIR         plugin-probe: take these probe models (images/probe/make_probe_model.py
 #                              --out DIR, run on the host) instead of building them in an amd64 stage
+#   --wheels DIR               no package index reachable: install from these pinned arm64 wheels
+#                              (images/arm64-root.sh caches them in $RKNNLAUNCH_CI_CACHE/arm64/bookworm/wheels)
 #   --prefix P                 tag prefix, e.g. registry.example.com/ (default: none)
 #   --version V                image tag (default: the package version)
 # environment: PYTHON_IMAGE, RKNNRT_VERSION, RKNNRT_SHA256, RKNNRT_URL (the Dockerfiles' build args).
@@ -32,6 +34,7 @@ engine=
 base=
 standin=
 probe_models=
+wheels=
 prefix=
 version=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' rknnlaunch/_version.py)
 names=()
@@ -42,6 +45,7 @@ while [ "$#" -gt 0 ]; do
     --base) base=$2; shift 2 ;;
     --librknnrt-standin) standin=$2; shift 2 ;;
     --probe-models) probe_models=$2; shift 2 ;;
+    --wheels) wheels=$2; shift 2 ;;
     --prefix) prefix=$2; shift 2 ;;
     --version) version=$2; shift 2 ;;
     -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
@@ -139,12 +143,20 @@ if [ -n "$probe_models" ]; then
   probe_args=(--build-arg PROBE_MODELS=probe-models-prebuilt)
 fi
 
+# --- wheels ----------------------------------------------------------------------------------------
+rm -f images/wheels/*.whl
+if [ -n "$wheels" ]; then
+  ls "$wheels"/*.whl >/dev/null 2>&1 || die "--wheels $wheels holds no .whl files; fix: images/arm64-root.sh bookworm DIR downloads them into \$RKNNLAUNCH_CI_CACHE/arm64/bookworm/wheels"
+  cp -l "$wheels"/*.whl images/wheels/ 2>/dev/null || cp "$wheels"/*.whl images/wheels/
+fi
+
 # --- build -------------------------------------------------------------------------------------------
 inputs_of() { # IMAGE EXTRA... -> sha256 of the files the build sends and of its arguments
   {
     printf '%s\n' "$@" "$PYTHON_IMAGE" "$base_id" "$platform"
     find pyproject.toml README.md rknnlaunch plugin images -type f ! -path '*/__pycache__/*' ! -name '*.pyc' \
-      ! -path 'images/README.md' -print0 | sort -z | xargs -0 sha256sum
+      ! -path 'images/README.md' ! -path 'images/wheels/*' -print0 | sort -z | xargs -0 sha256sum
+    ls images/wheels # pinned files: their names are their versions
   } | sha256sum | cut -d' ' -f1
 }
 results=()
@@ -174,5 +186,5 @@ for name in "${names[@]}"; do
   esac >&2 || die "building $tag failed (the engine's output is above); fix: see its last error"
   results+=("built $tag in $((SECONDS - started)) s")
 done
-rm -f images/standin/librknnrt.so images/probe/prebuilt/probe-*
+rm -f images/standin/librknnrt.so images/probe/prebuilt/probe-* images/wheels/*.whl
 printf '%s\n' "${results[@]}"

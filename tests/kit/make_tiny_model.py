@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     onnx_path = args.out / "tiny.onnx"
     onnx_path.write_bytes(tiny_onnx_bytes())
     # The probe builder's convert (fp16, mean 0 / std 255): one conversion recipe in the project.
-    spec = importlib.util.spec_from_file_location("make_probe_model", REPO / "images/probe/make_probe_model.py")
+    spec = importlib.util.spec_from_file_location(
+        "make_probe_model", REPO / "images/probe/make_probe_model.py"
+    )
     assert spec is not None and spec.loader is not None
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
