@@ -35,15 +35,20 @@ for extra in (TESTS, TESTS / "plugin", REPO / "plugin"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
-import fakehost  # noqa: E402
 from fakekubelet import DeviceStream, FakeKubelet  # noqa: E402
+
+import fakehost  # noqa: E402
 from rknpu_device_plugin._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb  # noqa: E402
 
 RUNC = "/usr/sbin/runc"
 TINY_MODEL = TESTS / "kit/models/tiny-rk3588.rknn"
 TINY_ONNX = TESTS / "kit/models/tiny.onnx"
 CDI_SYSTEM_DIR = Path("/var/run/cdi")
-IMAGE_NAMES = {"runtime": "rknnlaunch-runtime", "plugin": "rknpu-device-plugin", "probe": "rknpu-device-plugin-probe"}
+IMAGE_NAMES = {
+    "runtime": "rknnlaunch-runtime",
+    "plugin": "rknpu-device-plugin",
+    "probe": "rknpu-device-plugin-probe",
+}
 
 
 @dataclass
@@ -87,6 +92,15 @@ def podman(*args: str, check: bool = True, timeout: float = 1800) -> subprocess.
 
 def prepare(trial: Trial) -> None:
     fakehost.make_host("rk3588-drm", trial.host)
+    # The plain-process workload's doctor reads the fake host's /usr/lib/librknnrt.so: the x86_64
+    # simulator there, so it reports the runtime (a STAND-IN) rather than a missing one.
+    built = subprocess.run(
+        ["bash", str(TESTS / "kit/librknnrt_sim/build.sh")], capture_output=True, text=True, check=False
+    )
+    if built.returncode == 0:
+        library = Path(built.stdout.strip().splitlines()[-1], "x86_64/librknnrt.so")
+        (trial.host / "usr/lib").mkdir(parents=True, exist_ok=True)
+        shutil.copy(library, trial.host / "usr/lib/librknnrt.so")
     trial.plugin_dir.mkdir(parents=True)
     trial.cdi_dir.mkdir(parents=True)
     trial.sim_dir.mkdir(parents=True)
@@ -110,13 +124,16 @@ def plugin_running(trial: Trial, image: str | None, probe: Sequence[str] = ()) -
                 "-v", f"{trial.cdi_dir}:/var/run/cdi",
                 "-v", f"{trial.sim_dir}:/run/rknn-sim",
                 "-e", "RKNN_SIM_LOCK_DIR=/run/rknn-sim",
-                *(["-e", f"RKNN_SIM_OUTPUT_VALUES=/run/rknn-sim/probe-values.txt"] if probe else []),
+                *(["-e", "RKNN_SIM_OUTPUT_VALUES=/run/rknn-sim/probe-values.txt"] if probe else []),
                 image, "--host-root", "/host", "--cdi-dir", "/var/run/cdi", *args,
             )  # fmt: skip
         else:
             process = subprocess.Popen(
-                [sys.executable, "-m", "rknpu_device_plugin", "--host-root", str(trial.host)]
-                + ["--device-plugin-dir", str(trial.plugin_dir), "--cdi-dir", str(trial.cdi_dir), *args],
+                [
+                    *(sys.executable, "-m", "rknpu_device_plugin", "--host-root", str(trial.host)),
+                    *("--device-plugin-dir", str(trial.plugin_dir), "--cdi-dir", str(trial.cdi_dir)),
+                    *args,
+                ],
                 stderr=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "plugin")))},
             )
@@ -202,7 +219,17 @@ def workload(trial: Trial, answer: pb.ContainerAllocateResponse, image: str | No
         doctor = subprocess.run([*rknnlaunch, "doctor", "--json"], capture_output=True, text=True, env=plain)
         # No RKNNLite off arm64: the same tiny graph on the CPU backend, labelled as such.
         bench = subprocess.run(
-            [*rknnlaunch, "bench", "--model", str(TINY_ONNX), "--backend", "cpu", "-n", "10", "--no-progress"],
+            [
+                *rknnlaunch,
+                "bench",
+                "--model",
+                str(TINY_ONNX),
+                "--backend",
+                "cpu",
+                "-n",
+                "10",
+                "--no-progress",
+            ],
             capture_output=True,
             text=True,
             env=plain,
@@ -235,16 +262,18 @@ def run(work: Path, images: dict[str, str], engine: str | None) -> dict[str, Any
 
 
 def engine_here() -> str | None:
-    if shutil.which("podman") and os.geteuid() == 0 and os.path.exists(RUNC):
-        if subprocess.run(["podman", "version"], capture_output=True, check=False).returncode == 0:
-            return "podman"
+    usable = shutil.which("podman") and os.geteuid() == 0 and os.path.exists(RUNC)
+    if usable and subprocess.run(["podman", "version"], capture_output=True, check=False).returncode == 0:
+        return "podman"
     return None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", action="store_true", help="plain processes even where podman works")
-    parser.add_argument("--image", action="append", default=[], metavar="ROLE=TAG", help="runtime=TAG, plugin=TAG")
+    parser.add_argument(
+        "--image", action="append", default=[], metavar="ROLE=TAG", help="runtime=TAG, plugin=TAG"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     args = parser.parse_args(argv)
     images = dict(item.split("=", 1) for item in args.image)
@@ -256,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     ok = results["bench_exit"] == 0
-    print(f"== trial {'passed' if ok else 'FAILED'} in {results['wall_s']} s ({'containers' if engine and images else 'plain processes'})")
+    how = "containers" if engine and images else "plain processes"
+    print(f"== trial {'passed' if ok else 'FAILED'} in {results['wall_s']} s ({how})")
     return 0 if ok else 1
 
 
