@@ -3,12 +3,12 @@
 # usage: tests/kit/librknnrt_sim/build.sh [OUT_DIR]   (default: this folder's build/)
 #   -> OUT_DIR/x86_64/librknnrt.so (gcc) and OUT_DIR/aarch64/librknnrt.so (aarch64-linux-gnu-gcc,
 #      Debian's gcc-aarch64-linux-gnu). SIM_VERSION=X.Y.Z sets the version it reports (default 2.5.0).
-# Skips the rebuild when the source is older than the output.
+# SIM_ARCHS="x86_64" builds one architecture only. Skips the rebuild when the source is older than the output.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/build}
 flags=(-O2 -shared -fPIC -Wall -Wextra -Werror -std=gnu11 -pthread -DSIM_VERSION="\"${SIM_VERSION:-2.5.0}\"")
-for arch in x86_64 aarch64; do
+for arch in ${SIM_ARCHS:-x86_64 aarch64}; do
   case $arch in
     x86_64) cc=${CC_X86_64:-gcc} ;;
     aarch64) cc=${CC_AARCH64:-aarch64-linux-gnu-gcc} ;;
