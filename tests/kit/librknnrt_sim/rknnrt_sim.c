@@ -19,7 +19,8 @@
  *    starts when submitted or when the core frees, and the caller sleeps until it ends. Latency:
  *    RKNN_SIM_CORE_MS on one core (default 1000/73.5), scaled 32/23/18 for 1/2/3 cores;
  *  - a core named in RKNN_SIM_FAIL_CORES (a mask) or in LOCKDIR/fail-cores fails every job with
- *    "failed to submit!" (the 6.1-kernel failure of docs/hardware.md), read at every run;
+ *    "failed to submit!" (the 6.1-kernel failure of docs/hardware.md), read at every run; the
+ *    next rknn_outputs_get then fails too (the binding does not check rknn_run's code);
  *  - outputs: every element is the centre byte of input 0; RKNN_SIM_OUTPUT_VALUES names a file of
  *    whitespace-separated floats used instead when its count matches output 0 (the probe's
  *    expected answer);
@@ -275,6 +276,7 @@ typedef struct {
     uint32_t mask;           /* 0 = AUTO */
     float value;             /* what the outputs carry (centre byte of input 0) */
     int inputs_set;
+    int last_run_failed;
     int64_t last_run_us;
     void *owned[MAX_TENSORS];
 } context;
@@ -703,6 +705,7 @@ int rknn_run(rknn_context handle, rknn_run_extend *extend) {
         mask = 1u << pick;
     }
     uint32_t failing = failing_cores() & mask;
+    c->last_run_failed = failing != 0;
     if (failing) {
         sim_log("E", "failed to submit!, op id: 0, op name: Conv, flags: 0x5, task start: 0, task number: 1, "
                 "run task counter: 0, int status: 0 (core mask 0x%x)", failing);
@@ -783,6 +786,12 @@ int rknn_outputs_get(rknn_context handle, uint32_t n_outputs, rknn_output *outpu
     (void)extend;
     CTX_OR_FAIL(c, handle, "rknn_outputs_get");
     if (!outputs || n_outputs > c->n_out) return RKNN_ERR_PARAM_INVALID;
+    /* rknn-toolkit-lite2 2.3.2 does not check rknn_run's code (seen with this simulator): the
+     * failed job shows where it next asks, so its inference() returns None, not stale outputs. */
+    if (c->last_run_failed) {
+        sim_log("E", "rknn_outputs_get: the last job failed to submit; no outputs");
+        return RKNN_ERR_FAIL;
+    }
     for (uint32_t i = 0; i < n_outputs; i++) {
         uint32_t index = outputs[i].index;
         if (index >= c->n_out) return RKNN_ERR_OUTPUT_INVALID;
