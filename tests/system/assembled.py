@@ -92,6 +92,9 @@ def podman(*args: str, check: bool = True, timeout: float = 1800) -> subprocess.
 
 def prepare(trial: Trial) -> None:
     fakehost.make_host("rk3588-drm", trial.host)
+    # The workload reads its host facts under RKNNLAUNCH_ROOT=/host, the compatible file the plugin
+    # mounts included (`rknnlaunch run` resolves RKNN_NPU_COMPATIBLE_FILE under that root).
+    fakehost.write(trial.host, "/run/rknpu/compatible", b"radxa,rock-5b\0rockchip,rk3588\0")
     # The plain-process workload's doctor reads the fake host's /usr/lib/librknnrt.so: the x86_64
     # simulator there, so it reports the runtime (a STAND-IN) rather than a missing one.
     built = subprocess.run(

@@ -82,6 +82,39 @@ def test_plugin_image_allocates_and_the_runtime_image_runs_bench(tmp_path: Path)
     assert results["bench_exit"] == 0, results["bench_output"]
 
 
+E2E = """
+import numpy as np
+from rknnlite.api import RKNNLite
+for mask in (1, 2, 4, 3, 7):
+    lite = RKNNLite()
+    lite.load_rknn("/models/tiny-rk3588.rknn")
+    init = lite.init_runtime(core_mask=mask)
+    y = lite.inference(inputs=[np.full((1, 32, 32, 3), 42, np.uint8)])
+    print("mask", mask, "init", init, "out", None if y is None else [list(y[0].shape), float(y[0].flat[0])])
+    lite.release()
+"""
+
+
+@pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+def test_runtime_image_runs_the_real_binding_on_every_core(tmp_path: Path) -> None:  # pragma: no cover
+    """load_rknn -> init_runtime(mask) -> inference -> release in the arm64 image under qemu,
+    non-root, read-only root filesystem, on the simulated librknnrt it was built with."""
+    trial = assembled.Trial(tmp_path / "trial", IMAGES, "podman")
+    assembled.prepare(trial)
+    (trial.work / "e2e.py").write_text(E2E)
+    shutil.copy(assembled.TINY_MODEL, trial.work / "tiny-rk3588.rknn")
+    done = assembled.podman(
+        "run", "--rm", "--read-only", "--user", "10001:10001", "--network", "none", "--tmpfs", "/tmp",
+        "-v", f"{trial.work}:/models:ro", "-v", f"{trial.host}:/host:ro", "-e", "RKNNLAUNCH_ROOT=/host",
+        "-v", f"{trial.sim_dir}:/run/rknn-sim", "-e", "RKNN_SIM_LOCK_DIR=/run/rknn-sim",
+        "-e", "RKNN_NPU_COMPATIBLE_FILE=/run/rknpu/compatible",
+        "--entrypoint", '["rknnlaunch", "run", "--no-check", "--"]',
+        IMAGES["runtime"], "python", "/models/e2e.py",
+    )  # fmt: skip
+    for mask in (1, 2, 4, 3, 7):
+        assert f"mask {mask} init 0 out [[1, 6, 1024], 42.0]" in done.stdout, done.stdout + done.stderr
+
+
 def _health(stream: Any, timeout: float) -> dict[str, str]:
     devices = stream.next(timeout=timeout)
     return dict(devices or [])
