@@ -168,7 +168,7 @@ def register_and_allocate(trial: Trial, kubelet: FakeKubelet, cores: int = 2) ->
         ids=ids,
         mask=answer.envs.get("RKNN_NPU_CORE_MASK"),
         env=dict(answer.envs),
-        cdi_devices=list(answer.cdi_devices),
+        cdi_devices=[device.name for device in answer.cdi_devices],
         devices=[d.host_path for d in answer.devices],
     )
     return answer
@@ -203,7 +203,7 @@ def workload(trial: Trial, answer: pb.ContainerAllocateResponse, image: str | No
             base = [
                 "run", "--rm", "--read-only", "--user", "10001:10001", "--network", "none",
                 "--tmpfs", "/tmp:rw,mode=1777", "--group-add", "keep-groups",
-                *[arg for device in answer.cdi_devices for arg in ("--device", device)],
+                *[arg for device in answer.cdi_devices for arg in ("--device", device.name)],
                 *[arg for key, value in env.items() for arg in ("-e", f"{key}={value}")],
                 "-e", "RKNNLAUNCH_ROOT=/host", "-e", "RKNN_SIM_LOCK_DIR=/run/rknn-sim",
                 "-v", f"{trial.host}:/host:ro", "-v", f"{trial.sim_dir}:/run/rknn-sim",
