@@ -3,6 +3,8 @@
 # images/verify-arm64.sh and (through the roots it prints) tests/sdk/test_sdk_arm64_chroot.py.
 #
 # usage: images/arm64-root.sh bookworm|bullseye WORK_DIR
+#        images/arm64-root.sh bookworm --base-only   (the cached debootstrap root only; prints its path:
+#        images/base.sh makes the images' local base from it)
 #   Builds (or reuses, from the cache) a Debian arm64 root, copies it to WORK_DIR, installs this
 #   checkout into it and prints WORK_DIR as the last line. The tests read WORK_DIR/rknnlaunch-root.json.
 #
@@ -29,7 +31,7 @@ die() {
   echo "arm64-root: $*" >&2
   exit 1
 }
-[ "$#" -eq 2 ] || die "usage: images/arm64-root.sh bookworm|bullseye WORK_DIR"
+[ "$#" -eq 2 ] || die "usage: images/arm64-root.sh bookworm|bullseye WORK_DIR|--base-only"
 suite=$1
 work=$2
 py=${PYTHON:-python3}
@@ -100,6 +102,10 @@ if ! base_ok; then
   mv "$cache/base.partial" "$cache/base"
   echo "$base_stamp" >"$cache/base.stamp"
   base_ok || die "the fresh $suite root fails its check (python$pyver with venv, ensurepip, ssl)"
+fi
+if [ "$work" = --base-only ]; then
+  echo "$cache/base"
+  exit 0
 fi
 
 # --- wheels: the pinned arm64 wheels, downloaded by the host's pip -------------------------------

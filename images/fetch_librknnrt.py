@@ -4,6 +4,12 @@ Used by images/runtime/Dockerfile (standard library only: it runs in a bare pyth
 file is accepted only when its sha256 equals the pinned digest AND its embedded version string
 (`librknnrt version: X.Y.Z (...)`) names the pinned version, so a wrong tag, a moved tag or a
 truncated download fails the build with a message saying which pin to fix.
+
+`--standin FILE` (build arg RKNNRT_STANDIN; images/build.sh --librknnrt-standin sim) takes a local
+file instead of the download, for builds that cannot reach Rockchip's repository and need no real
+NPU (CI, the local demo): the same two pins apply to it (build.sh passes the stand-in's own), and
+the file must say in its version line that it is simulated, so a stand-in is never mistaken for
+Rockchip's runtime (the image's label and `rknnlaunch doctor` say so too).
 """
 
 from __future__ import annotations
@@ -92,15 +98,54 @@ def fetch(url: str, version: str, sha256: str, out: str) -> str:
     return version
 
 
+STANDIN_MARKER = b"(simulated"
+"""What a stand-in's version line must carry (tests/kit/librknnrt_sim writes `(simulated: ...)`)."""
+
+
+def take_standin(path: str, version: str, sha256: str, out: str) -> str:
+    """Verify the local stand-in at `path` against both pins and its simulated marker; write `out`."""
+    if not _SHA256_RE.fullmatch(sha256):
+        raise FetchError(f"RKNNRT_SHA256 {sha256!r} is not 64 lower-case hex digits")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(_MAX_BYTES + 1)
+    except OSError as exc:
+        raise FetchError(
+            f"cannot read the stand-in {path}: {exc.strerror or exc}\n  fix: build it with "
+            "tests/kit/librknnrt_sim/build.sh (images/build.sh --librknnrt-standin sim does)"
+        ) from exc
+    verify(data, version, sha256, path)
+    if STANDIN_MARKER not in data:
+        raise FetchError(
+            f"the stand-in {path} does not say it is simulated (no {STANDIN_MARKER.decode()} in its "
+            "version line)\n  fix: a real librknnrt goes through the download (RKNNRT_URL for a "
+            "mirror), never through RKNNRT_STANDIN"
+        )
+    folder = os.path.dirname(os.path.abspath(out))
+    os.makedirs(folder, exist_ok=True)
+    with open(out, "wb") as handle:
+        handle.write(data)
+    os.chmod(out, 0o644)
+    return version
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--version", required=True, help="pinned runtime version, e.g. 2.3.2")
     parser.add_argument("--sha256", required=True, help="pinned sha256 of librknnrt.so")
     parser.add_argument("--url", default="", help="override the download URL (default: Rockchip's repo)")
     parser.add_argument("--out", required=True, help="where to write the verified file")
+    parser.add_argument("--standin", default="", help="a simulated librknnrt to take instead (tests, demo)")
     args = parser.parse_args(argv)
     url = args.url or DEFAULT_URL_TEMPLATE.format(version=args.version)
     try:
+        if args.standin:
+            take_standin(args.standin, args.version, args.sha256.lower(), args.out)
+            print(
+                f"fetch_librknnrt: {args.out}: STAND-IN {args.standin} (simulated librknnrt "
+                f"{args.version}, sha256 {args.sha256.lower()}), not Rockchip's runtime"
+            )
+            return 0
         fetch(url, args.version, args.sha256.lower(), args.out)
     except FetchError as exc:
         print(f"fetch_librknnrt: error: {exc}", file=sys.stderr)

@@ -320,10 +320,15 @@ def check_librknnrt(host: HostRoot, found: Findings, injected_source: str | None
             "replace it with a release build of librknnrt.so from rknn-toolkit2",
             details,
         )
+    # A simulated stand-in (test images, the local demo: images/build.sh --librknnrt-standin) says
+    # so in its version line; say it louder here, so it is never taken for Rockchip's runtime.
+    standin = "(simulated" in (runtime.version_line or "")
+    details["standin"] = standin
     return CheckResult(
         "librknnrt",
         "ok",
-        f"{runtime.version_line or f'librknnrt {runtime.version}'}, {origin}",
+        ("STAND-IN, not Rockchip's runtime: " if standin else "")
+        + f"{runtime.version_line or f'librknnrt {runtime.version}'}, {origin}",
         None,
         details,
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -175,3 +177,86 @@ def test_sample_app_builds_from_the_runtime_image() -> None:
     assert "ARG BASE_IMAGE=" in text and "rknnlaunch-runtime" in text
     assert not re.search(r"^ENTRYPOINT", text, re.MULTILINE), "keep the base ENTRYPOINT"
     assert 'CMD ["python", "/app/detect.py"]' in text
+
+
+# --- the explicit stand-in (images/build.sh --librknnrt-standin sim) --------------------------------
+
+
+def _standin(tmp_path: Path, banner: str) -> tuple[Path, str]:
+    path = tmp_path / "standin" / "librknnrt.so"
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(b"\x7fELF" + b"\0" * 100 + banner.encode() + b"\0")
+    return path, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_simulated_standin_is_taken_under_its_own_pins_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, digest = _standin(
+        tmp_path, "librknnrt version: 2.5.0 (simulated: rknnlaunch tests/kit/librknnrt_sim)"
+    )
+    out = tmp_path / "out" / "librknnrt.so"
+    argv = ["--version", "2.5.0", "--sha256", digest, "--standin", str(path), "--out", str(out)]
+    assert fetch.main(argv) == 0
+    assert out.read_bytes() == path.read_bytes()
+    assert "STAND-IN" in capsys.readouterr().out
+    wrong_pin = ["--version", "2.5.0", "--sha256", "0" * 64, "--standin", str(path), "--out", str(out)]
+    assert fetch.main(wrong_pin) == 1
+
+
+def test_a_real_runtime_is_never_taken_as_a_standin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, digest = _standin(tmp_path, "librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)")
+    argv = ["--version", "2.3.2", "--sha256", digest, "--standin", str(path), "--out", str(tmp_path / "o.so")]
+    assert fetch.main(argv) == 1
+    assert "does not say it is simulated" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "dockerfile", [RUNTIME, IMAGES / "plugin-probe" / "Dockerfile"], ids=["runtime", "probe"]
+)
+def test_the_images_label_a_standin(dockerfile: Path) -> None:
+    text = dockerfile.read_text()
+    assert 'io.rknnlaunch.librknnrt.standin="${RKNNRT_STANDIN}"' in text
+    assert '--standin "${RKNNRT_STANDIN}"' in text
+
+
+# --- images/build.sh: bad input stops with one line naming the fix ----------------------------------
+
+
+def _build(tmp_path: Path, *args: str, path: str = "/usr/bin:/bin") -> tuple[int, list[str]]:
+    done = subprocess.run(
+        ["bash", str(IMAGES / "build.sh"), *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": path, "HOME": str(tmp_path)},
+        check=False,
+    )
+    return done.returncode, done.stderr.strip().splitlines()
+
+
+def test_build_without_an_engine_names_the_fix(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"  # only what the script needs before it looks for an engine
+    bin_dir.mkdir()
+    for tool in ("bash", "sed", "dirname", "cat", "head"):
+        found = shutil.which(tool)
+        assert found is not None
+        (bin_dir / tool).symlink_to(found)
+    code, lines = _build(tmp_path, path=str(bin_dir))
+    assert code == 1 and len(lines) == 1, lines
+    assert "no container engine works here" in lines[0] and "fix: apt-get install buildah podman" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--base", "alpine"), "fix: --base debootstrap"),
+        (("--librknnrt-standin", "real"), "fix: --librknnrt-standin sim"),
+        (("--engine", "nerdctl"), "does not work here; fix:"),
+        (("bogus",), "unknown argument 'bogus'"),
+    ],
+)
+def test_build_rejects_bad_arguments_in_one_line(tmp_path: Path, args: tuple[str, ...], needle: str) -> None:
+    code, lines = _build(tmp_path, *args)
+    assert code == 1 and len(lines) == 1 and needle in lines[0], lines

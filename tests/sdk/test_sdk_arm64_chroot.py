@@ -25,6 +25,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import urllib.request
 from dataclasses import dataclass
@@ -343,3 +344,153 @@ def test_plugin_starts_without_opencv_or_onnxruntime(root: Root) -> None:  # pra
         if plugin_process.poll() is None:
             plugin_process.kill()
             plugin_process.wait()
+
+
+# --- the real binding end to end on the simulated librknnrt (tests/kit/librknnrt_sim) ------------
+
+KIT = TESTS.parent / "kit"
+TINY_MODEL = KIT / "models/tiny-rk3588.rknn"
+"""rknn-toolkit2 2.5.0's conversion of our own seeded graph (tests/kit/make_tiny_model.py)."""
+
+
+def install_simulated_librknnrt(root: Root) -> None:
+    """The aarch64 simulator at /usr/lib/librknnrt.so, the tiny model and a fake RK3588 host tree."""
+    built = subprocess.run(
+        ["bash", str(KIT / "librknnrt_sim/build.sh")], capture_output=True, text=True, check=False
+    )
+    assert built.returncode == 0, built.stderr
+    lay_out_helpers(root)  # removes any librknnrt.so: install after it
+    shutil.copy(Path(built.stdout.strip().splitlines()[-1], "aarch64/librknnrt.so"), root.path / "usr/lib")
+    shutil.copy(TINY_MODEL, root.path / "tmp/tiny.rknn")
+    shutil.copy(KIT / "binding_cost.py", root.path / "tmp/binding_cost.py")
+    write_rknn(root.path / "tmp/rk3566.rknn", targets=("rk3566",), inputs=(("x", (1, 3, 32, 32)),))
+    shutil.rmtree(root.path / "tmp/rknn-sim", ignore_errors=True)
+    (root.path / "tmp/compatible").write_bytes(b"radxa,rock-5b\0rockchip,rk3588\0")
+
+
+def shim_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """What `rknnlaunch run` gives its child: the toolkit reads the compatible file we wrote."""
+    return {
+        dtcompat.REDIRECT_ENV: "/tmp/compatible",
+        "PYTHONPATH": "/tmp/rknnlaunch-shim/rknnlaunch/_dtshim",
+        "RKNN_SIM_LOCK_DIR": "/tmp/rknn-sim",
+        **(extra or {}),
+    }
+
+
+END_TO_END = """
+import ctypes, json, sys
+import numpy as np
+from rknnlite.api import RKNNLite
+report = {}
+frame = np.full((1, 32, 32, 3), 42, np.uint8)
+for mask in (1, 2, 4, 3, 7):
+    lite = RKNNLite()
+    loaded = lite.load_rknn("/tmp/tiny.rknn")
+    init = lite.init_runtime(core_mask=mask)
+    y = lite.inference(inputs=[frame])
+    report[str(mask)] = [loaded, init, None if y is None else [list(y[0].shape), float(y[0].flat[0])]]
+    lite.release()
+lite = RKNNLite()
+lite.load_rknn("/tmp/rk3566.rknn")
+report["other-target"] = lite.init_runtime(core_mask=1)
+lite.release()
+lite = RKNNLite()
+report["no-init"] = lite.inference(inputs=[frame]) is None
+# The C ABI straight: the codes our error messages will meet (rknn_api.h).
+lib = ctypes.CDLL("/usr/lib/librknnrt.so")
+data = open("/tmp/tiny.rknn", "rb").read()
+ctx = ctypes.c_uint64()
+model = ctypes.create_string_buffer(data, len(data))
+report["abi-init"] = lib.rknn_init(ctypes.byref(ctx), model, len(data), 0, None)
+report["abi-mask-8"] = lib.rknn_set_core_mask(ctx, 8)
+report["abi-destroy"] = lib.rknn_destroy(ctx)
+report["abi-run-destroyed"] = lib.rknn_run(ctx, None)
+print("REPORT", json.dumps(report))
+"""
+
+
+@roots_param(SDK_ROOTS, "the SDK")
+def test_real_rknnlite_end_to_end_on_the_simulated_librknnrt(root: Root) -> None:  # pragma: no cover
+    """load_rknn -> init_runtime(mask) -> inference -> release through the real compiled binding."""
+    install_simulated_librknnrt(root)
+    (root.path / "tmp/end_to_end.py").write_text(END_TO_END)
+    done = chroot(root, f"{root.sdk}/bin/python", "/tmp/end_to_end.py", env=shim_env())
+    output = done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
+    assert done.returncode == 0 and lines, output
+    report = json.loads(lines[-1].removeprefix("REPORT "))
+    for mask in ("1", "2", "4", "3", "7"):  # every core and core set of an RK3588
+        assert report[mask] == [0, 0, [[1, 6, 1024], 42.0]], (mask, output)
+    assert report["other-target"] == -1 and "The model is built for rk3566" in output
+    assert report["no-init"] is True
+    assert report["abi-init"] == 0
+    assert report["abi-mask-8"] == -5  # RKNN_ERR_PARAM_INVALID: a core the SoC lacks
+    assert report["abi-destroy"] == 0
+    assert report["abi-run-destroyed"] == -7  # RKNN_ERR_CTX_INVALID
+
+
+@roots_param(SDK_ROOTS, "the SDK")
+def test_a_core_the_simulator_fails_returns_no_outputs(root: Root) -> None:  # pragma: no cover - slow
+    install_simulated_librknnrt(root)
+    script = (
+        "import numpy as np\nfrom rknnlite.api import RKNNLite\n"
+        "for mask in (1, 2):\n"
+        "    lite = RKNNLite(); lite.load_rknn('/tmp/tiny.rknn'); lite.init_runtime(core_mask=mask)\n"
+        "    y = lite.inference(inputs=[np.zeros((1, 32, 32, 3), np.uint8)])\n"
+        "    print('core-mask', mask, 'none' if y is None else 'ok'); lite.release()\n"
+    )
+    done = chroot(root, f"{root.sdk}/bin/python", "-c", script, env=shim_env({"RKNN_SIM_FAIL_CORES": "2"}))
+    output = done.stdout + done.stderr
+    assert "core-mask 1 ok" in output and "core-mask 2 none" in output, output
+    assert "failed to submit!" in output
+
+
+@roots_param(SDK_ROOTS, "the SDK")
+def test_bench_through_the_real_binding_on_three_simulated_cores(root: Root) -> None:  # pragma: no cover
+    """`rknnlaunch bench` on a fake RK3588 host: per-core cases and the pool, real RKNNLite, sim NPU.
+    Prints each case's efficiency and the binding's per-call cost beside the x86 fake's (-s shows)."""
+    install_simulated_librknnrt(root)
+    chroot(
+        root,
+        f"{root.sdk}/bin/python",
+        "-c",
+        "import sys; sys.path.insert(0, '/tmp/rknnlaunch-tests'); from pathlib import Path\n"
+        "from fakehost import make_host, write\n"
+        "host = make_host('rk3588-drm', Path('/tmp/host-bench'))\n"
+        "write(host.root, '/run/rknpu/compatible', b'radxa,rock-5b\\0rockchip,rk3588\\0')",
+        check=True,
+    )
+    env = {
+        "RKNNLAUNCH_ROOT": "/tmp/host-bench",
+        "RKNN_NPU_COMPATIBLE_FILE": "/run/rknpu/compatible",
+        "RKNN_SIM_LOCK_DIR": "/tmp/rknn-sim",
+    }
+    done = chroot(
+        root,
+        f"{root.sdk}/bin/rknnlaunch",
+        "bench",
+        *("--model", "/tmp/tiny.rknn", "-n", "12", "--warmup", "2", "--no-progress"),
+        *("--json", "/tmp/bench.json"),
+        env=env,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    report = json.loads((root.path / "tmp/bench.json").read_text())
+    print(output)
+    print(json.dumps(report.get("cases", report), indent=1)[:4000])
+    cost = chroot(
+        root, f"{root.sdk}/bin/python", "/tmp/binding_cost.py", "--model", "/tmp/tiny.rknn", env=shim_env()
+    )
+    print("real binding (qemu):", cost.stdout.strip(), cost.stderr[-500:])
+    fake_dir = root.path / "tmp/fake-locks"
+    fake_dir.mkdir(exist_ok=True)
+    fake = subprocess.run(
+        [sys.executable, str(KIT / "binding_cost.py"), "--model", str(TINY_MODEL), "--fake", str(fake_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(TESTS.parent.parent)},
+    )
+    print("x86 fake:", fake.stdout.strip(), fake.stderr[-500:])
+    assert cost.returncode == 0, cost.stderr
