@@ -1,0 +1,140 @@
+"""The `rknpu-dra-driver` entry point: settings, wiring, signals, and the one place errors become
+exit codes (as the device plugin's: 0 clean stop, 1 failure, 2 bad settings)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from rknnlaunch import __version__
+from rknnlaunch._entry import StopEvent, end_server_process, run_main, stop_on_signals
+from rknnlaunch.npu import HostRoot, soc_by_name
+
+from ._log import LOGGER_NAME, get_logger, setup_logging
+from ._settings import PROG, DraSettings, build_parser, settings_from
+from ._slices import NodeFacts
+
+SHUTDOWN_JOIN_SECONDS = 1.5
+_log = get_logger()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    if argv is not None:
+        return run_main(PROG, lambda: _main(argv), LOGGER_NAME)
+    end_server_process(run_main(PROG, lambda: _main(sys.argv[1:]), LOGGER_NAME))
+
+
+def _main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    if getattr(args, "version", False):
+        print(f"{PROG} {__version__}")
+        return 0
+    settings = settings_from(args)
+    stop_logging = setup_logging(settings.log_format, settings.log_level)
+    try:
+        return run(settings)
+    finally:
+        stop_logging()
+
+
+def node_facts(host: HostRoot, host_librknnrt: str | None) -> NodeFacts:
+    """The board model (device tree) and the host runtime's version, when the node has them."""
+    from rknnlaunch.npu._librknnrt import LIBRKNNRT_PATH, find_librknnrt
+
+    model = None
+    for path in ("/sys/firmware/devicetree/base/model", "/proc/device-tree/model"):
+        try:
+            model = host.read_text(path).strip("\0\n ") or None
+            break
+        except OSError:
+            continue
+    version = None
+    try:
+        found = find_librknnrt(host, host_librknnrt or LIBRKNNRT_PATH)
+        version = found.version if found is not None else None
+    except OSError:
+        pass
+    return NodeFacts(board_model=model, librknnrt_version=version)
+
+
+def run(settings: DraSettings, stop: StopEvent | None = None) -> int:
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    from rknpu_device_plugin._events import NullEvents
+    from rknpu_device_plugin.devices._manager import ResourceManager
+
+    from . import _instance
+    from ._grpc import KubeletServers
+    from ._kube import KubeApi, make_api_client
+    from ._publisher import SlicePublisher
+    from ._store import ClaimStore
+
+    stop = stop if stop is not None else StopEvent()
+    host = HostRoot(settings.host_root)
+    plugin_dir = settings.resolved_plugin_dir
+    _log.info(
+        "starting",
+        extra={
+            "fields": {
+                "version": __version__,
+                "driver": settings.driver_name,
+                "node": settings.node_name,
+                "plugin_dir": str(plugin_dir),
+            }
+        },
+    )
+    with stop_on_signals(stop):
+        lock = _instance.acquire(plugin_dir, stop)
+        if lock is None:
+            _log.info("stopped before taking over")
+            return 0
+        try:
+            api = KubeApi(make_api_client(settings.kubeconfig, settings.api_timeout), settings.api_timeout)
+            resources = ResourceManager(
+                host,
+                NullEvents(),
+                mode="core",
+                soc_hint=soc_by_name(settings.soc) if settings.soc else None,
+                health_interval=settings.health_interval,
+                use_inotify=settings.inotify,
+                extra_devices=settings.extra_device,
+                host_librknnrt=settings.host_librknnrt,
+            )
+            resources.when_missing = "publishing no devices and re-scanning for a late driver load"
+            resources.scan()
+            store = ClaimStore(
+                api, resources, settings.driver_name, settings.node_name, plugin_dir, settings.cdi_dir
+            )
+            store.load()
+            publisher = SlicePublisher(
+                api,
+                resources,
+                settings.node_name,
+                settings.driver_name,
+                node_facts(host, settings.host_librknnrt),
+            )
+            servers = KubeletServers(store, settings.driver_name, plugin_dir, settings.registration_dir)
+            servers.start()
+            threads = [
+                threading.Thread(target=resources.run, args=(stop,), name="health", daemon=True),
+                threading.Thread(target=publisher.run, args=(stop,), name="slices", daemon=True),
+            ]
+            for thread in threads:
+                thread.start()
+            try:
+                stop.wait()
+            finally:
+                _log.info("stopping")
+                servers.stop()
+                resources.close()
+                publisher.wake()
+                deadline = time.monotonic() + SHUTDOWN_JOIN_SECONDS
+                for thread in threads:
+                    thread.join(max(deadline - time.monotonic(), 0.0))
+                publisher.delete_all()
+        finally:
+            _instance.release(lock)
+    _log.info("stopped")
+    return 0
