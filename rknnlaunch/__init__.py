@@ -2,7 +2,9 @@
 
 Importing this package loads only the exception tree: pydantic (settings), numpy (runtimes, YOLO)
 and grpcio/OpenCV/onnxruntime load on first use, so `rknnlaunch run` (every container's ENTRYPOINT)
-and the device plugin, which imports only `rknnlaunch.npu`, start fast and small.
+and the device plugin start fast and small. What the device plugin and exporter use of the SDK
+(its public names, `rknnlaunch.npu`, `rknnlaunch.model.read_rknn`) is the `sdk-api` contract
+in pyproject.toml (`lint-imports`).
 """
 
 import importlib
@@ -26,6 +28,7 @@ from ._errors import (
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from ._entry import UsageParser, describe_os_error, exit_code_for, run_main
     from .pipeline._detector import Detector, DetectResult, StageTimings
     from .runtime._open import Runtime, open
     from .runtime._pool import Pool
@@ -44,6 +47,11 @@ _LAZY = {
     "open": ".runtime._open",
     "RknnLiteLike": ".runtime._rknnlite",
     "RknnLiteFactory": ".runtime._rknnlite",
+    # the exit-code table every command's main() ends through (servers too, via rknpu_serverkit)
+    "UsageParser": "._entry",
+    "describe_os_error": "._entry",
+    "exit_code_for": "._entry",
+    "run_main": "._entry",
 }
 
 
@@ -76,8 +84,12 @@ __all__ = [
     "UnknownSocError",
     "UnsupportedDriverError",
     "UsageError",
+    "UsageParser",
     "WorkerDiedError",
+    "describe_os_error",
+    "exit_code_for",
     "load_settings",
     "open",
+    "run_main",
     "__version__",
 ]

@@ -1,5 +1,5 @@
-"""The entry-point kit the three commands share: exit-code table, usage errors, settings errors,
-stop signals and bounded one-line logs."""
+"""The exit-code table the three commands share (`rknnlaunch._entry`) and the servers' kit
+(`rknpu_serverkit`): usage errors, settings errors, stop signals and bounded one-line logs."""
 
 from __future__ import annotations
 
@@ -27,15 +27,13 @@ from rknnlaunch import (
     SettingsError,
     UsageError,
 )
-from rknnlaunch._entry import (
+from rknnlaunch._entry import UsageParser, exit_code_for, run_main
+from rknpu_serverkit import (
     MAX_LOG_LINE_CHARS,
     LogLevel,
     StopEvent,
-    UsageParser,
     add_setting_flags,
     check_soc_name,
-    exit_code_for,
-    run_main,
     settings_from_flags,
     setup_logging,
     stop_on_signals,

@@ -1,5 +1,5 @@
-"""The `rknpu-device-plugin` entry point: settings, wiring, signals, and the one place errors
-become exit codes."""
+"""The `rknpu-device-plugin` entry point: settings, wiring, and the actor group (`rknpu_serverkit`)
+that runs the long-lived pieces and stops them one way."""
 
 from __future__ import annotations
 
@@ -8,14 +8,13 @@ import json
 import os
 import sys
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rknnlaunch import UsageError, __version__
-from rknnlaunch._entry import StopEvent, end_server_process, run_main, stop_on_signals
 from rknnlaunch.npu import HostRoot, soc_by_name
+from rknpu_serverkit import ActorGroup, closing_actor, end_server_process, run_main
 
 from ._events import NullEvents, PluginEvents, TeeEvents
 from ._files import write_atomic
@@ -32,7 +31,7 @@ _log = get_logger()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the plugin until SIGTERM/SIGINT; exit codes as in `rknnlaunch._entry` (0 on a clean
+    """Run the plugin until SIGTERM/SIGINT; exit codes as in `rknnlaunch.run_main` (0 on a clean
     stop, 1 on failure, 2 on bad settings). Run as the program (``argv`` None), the process ends
     here, without interpreter teardown (`end_server_process`)."""
     if argv is not None:
@@ -57,24 +56,31 @@ def run(settings: PluginSettings) -> int:
     # gRPC's C core prints INFO lines of its own (e.g. "Got goaway" when kubelet restarts) that
     # would break --log-format json; keep its errors. Must be set before grpc is imported.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    # gRPC is imported here, not at module level, so `--help` and bad settings answer fast.
-    from .devices._manager import ResourceManager
-    from .kubelet._lifecycle import Endpoint, Supervisor
-    from .kubelet._service import DevicePluginService
-
     host = HostRoot(settings.host_root)
-    stop = StopEvent()
-    stoppers: list[Callable[[], None]] = []
     metrics_module = _metrics_module() if settings.metrics_address else None
     metrics: PluginEvents = metrics_module.PluginMetrics() if metrics_module is not None else NullEvents()
     events: PluginEvents = metrics
-    closers: list[Callable[[], None]] = []
+    labels = None
     if settings.nfd_dir is not None:
         from .telemetry._plugin_labels import PluginLabels
 
         labels = PluginLabels(settings.nfd_dir, settings.mode)
         events = TeeEvents(metrics, labels)
-        stoppers.append(labels.close)
+    try:
+        return _serve(settings, host, metrics_module, metrics, events)
+    finally:
+        if labels is not None:  # after every actor ended: nothing writes the labels any more
+            labels.close()
+
+
+def _serve(
+    settings: PluginSettings, host: HostRoot, metrics_module: Any, metrics: PluginEvents, events: PluginEvents
+) -> int:
+    """Scan, then run the plugin's actors until a signal (or the first actor's end) stops them all."""
+    # gRPC is imported here, not at module level, so `--help` and bad settings answer fast.
+    from .devices._manager import ResourceManager
+    from .kubelet._lifecycle import Endpoint, Supervisor
+    from .kubelet._service import DevicePluginService
 
     resources = ResourceManager(
         host,
@@ -104,9 +110,13 @@ def run(settings: PluginSettings) -> int:
     resources.scan()
     if resources.info is None and settings.fail_on_init_error:
         return 1
+
+    # One budget for all actors, not one each: SIGTERM must end the process within 2 s.
+    group = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)
+    group.add_signals(lambda signum: _log.info("stopping", extra={"fields": {"signal": signum}}))
     if metrics_module is not None:
         # Pod attribution matches a "{soc}" resource name template itself (any SoC's name).
-        stop_metrics: Callable[[], None] = metrics_module.start_metrics_server(
+        metrics_server = metrics_module.start_metrics_server(
             settings.metrics_address,
             metrics,
             host,
@@ -114,7 +124,7 @@ def run(settings: PluginSettings) -> int:
             settings.pod_resources_socket,
             settings.resource_name,
         )
-        stoppers.append(stop_metrics)
+        group.add(*closing_actor(metrics_server.stop), name="metrics")
 
     service = DevicePluginService(resources, events, settings.mode, cdi=False)
 
@@ -141,11 +151,16 @@ def run(settings: PluginSettings) -> int:
         use_inotify=settings.inotify,
     )
     resources.on_ready = supervisor.wake
+    # The loops share one stop flag; each actor's interrupt sets it and wakes its own loop.
+    # Interrupts run in the order added: health first (no new scans), then the probe (a child in
+    # flight is killed, not awaited), the supervisor last (it unregisters from kubelet).
+    stop = threading.Event()
 
-    threads = [
-        threading.Thread(target=resources.run, args=(stop,), name="health", daemon=True),
-        threading.Thread(target=supervisor.run, args=(stop,), name="supervisor", daemon=True),
-    ]
+    def stop_health() -> None:
+        stop.set()
+        resources.close()
+
+    group.add(lambda: resources.run(stop), stop_health, name="health")
     if settings.probe_model is not None:
         from .devices._probe import ProbeLoop, ProbeRunner, held_cores_asker
 
@@ -165,26 +180,22 @@ def run(settings: PluginSettings) -> int:
             wake_supervisor()
 
         resources.on_ready = on_ready
-        threads.append(threading.Thread(target=probe.run, args=(stop,), name="probe", daemon=True))
-        closers.append(probe.close)
-    with stop_on_signals(stop):
-        for thread in threads:
-            thread.start()
-        try:
-            stop.wait()
-        finally:
-            _log.info("stopping")
-            resources.close()
-            for close in closers:  # before the joins: a probe child in flight is killed, not awaited
-                close()
-            supervisor.wake()
-            # One budget for all threads, not one each: SIGTERM must end the process within 2 s.
-            deadline = time.monotonic() + SHUTDOWN_JOIN_SECONDS
-            for thread in threads:
-                thread.join(max(deadline - time.monotonic(), 0.0))
-            for stopper in stoppers:
-                stopper()
-    _log.info("stopped")
+
+        def stop_probe() -> None:
+            stop.set()
+            probe.close()
+
+        group.add(lambda: probe.run(stop), stop_probe, name="probe")
+
+    def stop_supervisor() -> None:
+        stop.set()
+        supervisor.wake()
+
+    group.add(lambda: supervisor.run(stop), stop_supervisor, name="supervisor")
+    try:
+        group.run()
+    finally:
+        _log.info("stopped")
     return 0
 
 

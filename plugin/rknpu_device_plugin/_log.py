@@ -1,4 +1,4 @@
-"""The plugin's loggers: one line per event, as text or JSON (`rknnlaunch._entry` formats them);
+"""The plugin's loggers: one line per event, as text or JSON (`rknpu_serverkit` formats them);
 structured fields ride in ``extra={"fields": ...}``."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 from typing import TextIO
 
-from rknnlaunch._entry import setup_logging as _setup_logging
+from rknpu_serverkit import setup_logging as _setup_logging
 
 LOGGER_NAME = "rknpu_device_plugin"
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from rknnlaunch._entry import (
+from rknpu_serverkit import (
     LOG_FORMATS,
     LOG_LEVELS,
     LogFormat,

@@ -6,12 +6,11 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rknnlaunch import __version__
-from rknnlaunch._entry import StopEvent, end_server_process, run_main, stop_on_signals
 from rknnlaunch.npu import HostRoot, soc_by_name
+from rknpu_serverkit import ActorGroup, closing_actor, end_server_process, run_main
 
 from ._log import LOGGER_NAME, get_logger, setup_logging
 from ._settings import PROG, DraSettings, build_parser, settings_from
@@ -60,7 +59,25 @@ def node_facts(host: HostRoot, host_librknnrt: str | None) -> NodeFacts:
     return NodeFacts(board_model=model, librknnrt_version=version)
 
 
-def run(settings: DraSettings, stop: StopEvent | None = None) -> int:
+def _external_stop(stop: threading.Event | None) -> tuple[Callable[[], None], Callable[[], None]]:
+    """An actor that returns when a caller's ``stop`` is set (tests, the benchmark); its interrupt
+    ends it without setting ``stop`` (the caller's flag stays theirs)."""
+    done = threading.Event()
+
+    def execute() -> None:
+        if stop is None:
+            done.wait()
+            return
+        # Two flags to wait on: a short poll of the caller's, only when a caller passed one.
+        while not done.is_set() and not stop.wait(0.05):
+            pass
+
+    return execute, done.set
+
+
+def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
+    """Serve until SIGTERM/SIGINT (or ``stop``); 0 on a clean stop. Two actor groups: waiting for
+    the node's instance lock (a second driver waits for the first), then serving."""
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     from rknpu_device_plugin._events import NullEvents
     from rknpu_device_plugin.devices._manager import ResourceManager
@@ -71,7 +88,6 @@ def run(settings: DraSettings, stop: StopEvent | None = None) -> int:
     from ._publisher import SlicePublisher
     from ._store import ClaimStore
 
-    stop = stop if stop is not None else StopEvent()
     host = HostRoot(settings.host_root)
     plugin_dir = settings.resolved_plugin_dir
     _log.info(
@@ -85,56 +101,68 @@ def run(settings: DraSettings, stop: StopEvent | None = None) -> int:
             }
         },
     )
-    with stop_on_signals(stop):
-        lock = _instance.acquire(plugin_dir, stop)
-        if lock is None:
-            _log.info("stopped before taking over")
-            return 0
+    waiting = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)
+    waiting.add_signals()
+    waiting.add(*_external_stop(stop), name="stop")
+    lock_stop = threading.Event()
+    waiting.add(lambda: _instance.acquire(plugin_dir, lock_stop), lock_stop.set, name="instance-lock")
+    lock = waiting.run()
+    if lock is None:
+        _log.info("stopped before taking over")
+        return 0
+    try:
+        api = KubeApi(make_api_client(settings.kubeconfig, settings.api_timeout), settings.api_timeout)
+        resources = ResourceManager(
+            host,
+            NullEvents(),
+            mode="core",
+            soc_hint=soc_by_name(settings.soc) if settings.soc else None,
+            health_interval=settings.health_interval,
+            use_inotify=settings.inotify,
+            extra_devices=settings.extra_device,
+            host_librknnrt=settings.host_librknnrt,
+        )
+        resources.when_missing = "publishing no devices and re-scanning for a late driver load"
+        resources.scan()
+        store = ClaimStore(
+            api, resources, settings.driver_name, settings.node_name, plugin_dir, settings.cdi_dir
+        )
+        store.load()
+        publisher = SlicePublisher(
+            api,
+            resources,
+            settings.node_name,
+            settings.driver_name,
+            node_facts(host, settings.host_librknnrt),
+        )
+        servers = KubeletServers(store, settings.driver_name, plugin_dir, settings.registration_dir)
+        servers.start()
+        # Interrupts run in the order added: the sockets go first (the kubelet stops calling), then
+        # the health and publishing loops; the slice is deleted once all have ended.
+        serving = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)
+        serving.add_signals()
+        serving.add(*_external_stop(stop), name="stop")
+        serving.add(*closing_actor(servers.stop), name="kubelet-servers")
+        health_stop = threading.Event()
+
+        def stop_health() -> None:
+            health_stop.set()
+            resources.close()
+
+        serving.add(lambda: resources.run(health_stop), stop_health, name="health")
+        publish_stop = threading.Event()
+
+        def stop_publisher() -> None:
+            publish_stop.set()
+            publisher.wake()
+
+        serving.add(lambda: publisher.run(publish_stop), stop_publisher, name="slices")
         try:
-            api = KubeApi(make_api_client(settings.kubeconfig, settings.api_timeout), settings.api_timeout)
-            resources = ResourceManager(
-                host,
-                NullEvents(),
-                mode="core",
-                soc_hint=soc_by_name(settings.soc) if settings.soc else None,
-                health_interval=settings.health_interval,
-                use_inotify=settings.inotify,
-                extra_devices=settings.extra_device,
-                host_librknnrt=settings.host_librknnrt,
-            )
-            resources.when_missing = "publishing no devices and re-scanning for a late driver load"
-            resources.scan()
-            store = ClaimStore(
-                api, resources, settings.driver_name, settings.node_name, plugin_dir, settings.cdi_dir
-            )
-            store.load()
-            publisher = SlicePublisher(
-                api,
-                resources,
-                settings.node_name,
-                settings.driver_name,
-                node_facts(host, settings.host_librknnrt),
-            )
-            servers = KubeletServers(store, settings.driver_name, plugin_dir, settings.registration_dir)
-            servers.start()
-            threads = [
-                threading.Thread(target=resources.run, args=(stop,), name="health", daemon=True),
-                threading.Thread(target=publisher.run, args=(stop,), name="slices", daemon=True),
-            ]
-            for thread in threads:
-                thread.start()
-            try:
-                stop.wait()
-            finally:
-                _log.info("stopping")
-                servers.stop()
-                resources.close()
-                publisher.wake()
-                deadline = time.monotonic() + SHUTDOWN_JOIN_SECONDS
-                for thread in threads:
-                    thread.join(max(deadline - time.monotonic(), 0.0))
-                publisher.delete_all()
+            serving.run()
         finally:
-            _instance.release(lock)
+            _log.info("stopping")
+            publisher.delete_all()
+    finally:
+        _instance.release(lock)
     _log.info("stopped")
     return 0

@@ -1,4 +1,4 @@
-"""The driver's loggers (one line per event, text or JSON, formatted by `rknnlaunch._entry`)."""
+"""The driver's loggers (one line per event, text or JSON, formatted by `rknpu_serverkit`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 from typing import TextIO
 
-from rknnlaunch._entry import setup_logging as _setup_logging
+from rknpu_serverkit import setup_logging as _setup_logging
 
 LOGGER_NAME = "rknpu_dra_driver"
 # The device plugin's health logger (its ResourceManager watches the NPU for us) writes the same way.

@@ -15,9 +15,9 @@ from fakeapi import FakeApiServer
 from kubeletstub import KubeletStub
 
 from fakehost import make_host
-from rknnlaunch._entry import StopEvent
 from rknpu_dra_driver._cli import run
 from rknpu_dra_driver._settings import DraSettings
+from rknpu_serverkit import StopEvent
 
 NODE = "node-a"
 DRIVER = "npu.rockchip.com"

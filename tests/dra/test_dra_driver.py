@@ -253,8 +253,8 @@ def _ref() -> Any:
 
 
 def test_a_second_driver_on_the_node_waits_for_the_first(rig: DriverRig) -> None:
-    from rknnlaunch._entry import StopEvent
     from rknpu_dra_driver._cli import run
+    from rknpu_serverkit import StopEvent
 
     kubelet = rig.start()
     rig.api.add_claim("default", "c", UID, results("npu-core-0"))

@@ -20,12 +20,13 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rknnlaunch import RknnLaunchError, __version__
-from rknnlaunch._entry import (
+from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec, soc_by_name
+from rknpu_serverkit import (
     LOG_FORMATS,
     LOG_LEVELS,
+    ActorGroup,
     LogFormat,
     LogLevel,
-    StopEvent,
     UsageParser,
     add_setting_flags,
     check_soc_name,
@@ -33,9 +34,7 @@ from rknnlaunch._entry import (
     end_server_process,
     run_main,
     settings_from_flags,
-    stop_on_signals,
 )
-from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec, soc_by_name
 
 from .._log import LOGGER_NAME, setup_logging
 from ..devices._discovery import discover_on_node
@@ -251,7 +250,7 @@ def _writing(what: str, flag: str, folder: Path) -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run rknpu-exporter; exit codes as in `rknnlaunch._entry` (0 ok or a clean stop on
+    """Run rknpu-exporter; exit codes as in `rknnlaunch.run_main` (0 ok or a clean stop on
     SIGTERM/SIGINT, 1 no usable NPU with --once or an unwritable output, 2 usage). Run as the
     program (``argv`` None), the process ends here, without interpreter teardown."""
     if argv is not None:
@@ -270,9 +269,18 @@ def _main(argv: Sequence[str]) -> int:
             if info is None and error is not None:
                 raise error
             return 0
-        with stop_on_signals(StopEvent(), _said_stopping) as stop:
+        # Two actors: the write loop (which starts the metrics server first; `close` below stops
+        # it) and the stop signals, so a SIGTERM during the first discovery is a clean stop too.
+        group = ActorGroup()
+        group.add_signals(_said_stopping)
+        stop = threading.Event()
+
+        def write_loop() -> None:
             exporter.start()
             exporter.run(stop)
+
+        group.add(write_loop, stop.set, name="writer")
+        group.run()
         return 0
     finally:
         exporter.close()

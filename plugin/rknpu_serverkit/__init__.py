@@ -1,0 +1,92 @@
+"""rknpu_serverkit: the kit of the programs that serve (the device plugin, the exporter, next the DRA
+driver): lifecycle actors, stop signals, log lines, settings flags.
+
+- **Lifecycle** (`ActorGroup`, `closing_actor`; module `rknpu_serverkit._group`): every long-lived
+  piece is an (execute, interrupt) pair; the first to return stops all, one way.
+- **Signals** (`StopEvent`, `stop_on_signals`, `end_server_process`; `rknpu_serverkit._signals`):
+  SIGTERM and SIGINT are a clean stop (exit 0); the process ends without interpreter teardown.
+- **Logging** (`setup_logging`, `JsonFormatter`, `TextFormatter`, `MAX_LOG_LINE_CHARS`;
+  `rknpu_serverkit._logging`): one bounded line per record, text or JSON.
+- **Settings flags** (`add_setting_flags`, `settings_from_flags`, `settings_error`, `LogLevel`,
+  `LogFormat`, `check_soc_name`; `rknpu_serverkit._flags`): one ``--flag`` per pydantic-settings
+  field, its environment twin named in ``--help`` and in errors.
+
+The exit-code table and `run_main` stay in the SDK (`rknnlaunch.run_main`, re-exported here with
+`UsageParser` and `describe_os_error`, so a server's ``main`` needs this one import): the
+``rknnlaunch`` CLI ends the same way. Standard library (pydantic when settings are built) and
+`rknnlaunch`'s public names only; no gRPC, no numpy.
+
+A server's ``main`` in short::
+
+    def _main(argv):
+        settings = settings_from_flags(Settings, parser.parse_args(argv), ENV_PREFIX, PROG)
+        stop_logging = setup_logging(LOGGER_NAME, settings.log_format, settings.log_level)
+        try:
+            group = ActorGroup(stop_timeout=1.5)
+            group.add_signals()
+            group.add(lambda: loop.run(stop), stop.set, name="loop")
+            group.add(*closing_actor(server.stop), name="metrics")
+            group.run()
+            return 0
+        finally:
+            stop_logging()
+
+    def main():
+        end_server_process(run_main(PROG, lambda: _main(sys.argv[1:]), LOGGER_NAME))
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from rknnlaunch import UsageParser, describe_os_error, run_main
+
+from ._flags import (
+    LOG_FORMATS,
+    LOG_LEVELS,
+    LogFormat,
+    add_setting_flags,
+    check_soc_name,
+    settings_error,
+    settings_from_flags,
+)
+from ._group import ActorGroup, closing_actor
+from ._logging import MAX_LOG_LINE_CHARS, JsonFormatter, TextFormatter, setup_logging
+from ._signals import STOP_SIGNALS, StopEvent, end_server_process, stop_on_signals
+
+if TYPE_CHECKING:
+    from ._flags import LogLevel
+
+
+def __getattr__(name: str) -> Any:
+    # LogLevel carries a pydantic validator, built on first use (pydantic loads then).
+    if name == "LogLevel":
+        from . import _flags
+
+        value = _flags.LogLevel
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "LOG_FORMATS",
+    "LOG_LEVELS",
+    "MAX_LOG_LINE_CHARS",
+    "STOP_SIGNALS",
+    "ActorGroup",
+    "JsonFormatter",
+    "LogFormat",
+    "LogLevel",
+    "StopEvent",
+    "TextFormatter",
+    "UsageParser",
+    "add_setting_flags",
+    "check_soc_name",
+    "closing_actor",
+    "describe_os_error",
+    "end_server_process",
+    "run_main",
+    "settings_error",
+    "settings_from_flags",
+    "setup_logging",
+    "stop_on_signals",
+]

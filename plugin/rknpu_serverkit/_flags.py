@@ -1,0 +1,107 @@
+"""Settings from flags and environment: one ``--flag`` per pydantic-settings field, its env twin named
+in ``--help``, and bad values as one `SettingsError` naming both (`add_setting_flags`,
+`settings_from_flags`), plus the log-level / log-format / SoC validators the servers share.
+
+pydantic loads only when a model is built or `LogLevel` is first used.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args
+
+from rknnlaunch import SettingsError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationError
+
+_LogLevelName = Literal["debug", "info", "warning", "error"]
+LOG_LEVELS: list[str] = list(get_args(_LogLevelName))
+if TYPE_CHECKING:
+    LogLevel = _LogLevelName
+    """A log level setting; ``INFO`` from the environment counts as ``info``."""
+
+
+def __getattr__(name: str) -> Any:
+    # LogLevel carries a pydantic validator: built on first use (by a settings model).
+    if name == "LogLevel":
+        from pydantic import BeforeValidator
+
+        value = Annotated[_LogLevelName, BeforeValidator(_lower_level)]
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _lower_level(value: object) -> object:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+LOG_FORMATS: list[str] = ["text", "json"]
+LogFormat = Literal["text", "json"]
+
+
+def check_soc_name(value: str | None) -> str | None:
+    """A ``--soc`` validator: the names come from the shared SoC table."""
+    from rknnlaunch.npu import SOCS, soc_by_name
+
+    if value is not None and soc_by_name(value) is None:
+        raise ValueError(f"unknown SoC {value!r}; use {', '.join(soc.name for soc in SOCS)}")
+    return value
+
+
+_M = TypeVar("_M", bound="BaseModel")
+
+
+def add_setting_flags(
+    parser: argparse.ArgumentParser,
+    model: type[BaseModel],
+    env_prefix: str,
+    types: Mapping[str, Any] | None = None,
+    choices: Mapping[str, list[str]] | None = None,
+) -> None:
+    """One ``--flag`` per settings field (booleans get ``--no-flag``), its help naming the env twin.
+
+    Use with ``argument_default=argparse.SUPPRESS`` so only flags given reach `settings_from_flags`.
+    """
+    types = types or {}
+    choices = choices or {}
+    for name, field in model.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{field.description} (default: {field.default}; env {env_prefix}{name.upper()})"
+        if field.annotation is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
+        elif name in choices:
+            parser.add_argument(flag, choices=choices[name], type=str.lower, help=help_text)
+        else:
+            parser.add_argument(flag, metavar=name.upper(), type=types.get(name, str), help=help_text)
+
+
+def settings_from_flags(model: type[_M], args: argparse.Namespace, env_prefix: str, prog: str) -> _M:
+    """``model`` built from the flags given (a pydantic-settings model reads the rest from its
+    environment variables); `SettingsError` naming the flag and its variable when a value is bad."""
+    from pydantic import ValidationError
+
+    given = {key: value for key, value in vars(args).items() if key in model.model_fields}
+    try:
+        return model(**given)
+    except ValidationError as exc:
+        raise settings_error(exc, env_prefix, prog) from None
+
+
+def settings_error(exc: ValidationError, env_prefix: str, prog: str) -> SettingsError:
+    """A pydantic ValidationError as one `SettingsError`: each bad field as ``--flag (env VAR)``."""
+    problems = "; ".join(_describe(error["loc"], error["msg"], env_prefix) for error in exc.errors())
+    return SettingsError(
+        f"invalid {prog} settings: {problems}",
+        f"fix the flag or its {env_prefix}* environment variable (see {prog} --help)",
+    )
+
+
+def _describe(loc: tuple[int | str, ...], message: str, env_prefix: str) -> str:
+    message = message.removeprefix("Value error, ")
+    if not loc:
+        return message
+    name = str(loc[0])
+    return f"--{name.replace('_', '-')} (env {env_prefix}{name.upper()}): {message}"
