@@ -7,7 +7,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable
-from concurrent import futures
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -140,10 +140,10 @@ class KubeletServers:
         self.dra_socket = plugin_dir / DRA_SOCKET_NAME
         self.registration_socket = registration_dir / registration_socket_name(driver_name)
         self.registration = RegistrationService(driver_name, self.dra_socket)
-        self._dra = grpc.server(futures.ThreadPoolExecutor(WORKERS, thread_name_prefix="dra"))
+        self._dra = grpc.server(ThreadPoolExecutor(WORKERS, thread_name_prefix="dra"))
         v1_grpc.add_DRAPluginServicer_to_server(DraV1Service(store), self._dra)
         v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1Service(store), self._dra)
-        self._reg = grpc.server(futures.ThreadPoolExecutor(2, thread_name_prefix="registration"))
+        self._reg = grpc.server(ThreadPoolExecutor(2, thread_name_prefix="registration"))
         reg_grpc.add_RegistrationServicer_to_server(self.registration, self._reg)
 
     def start(self) -> None:

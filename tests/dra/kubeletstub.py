@@ -58,8 +58,9 @@ class KubeletStub:
     def _stub(self, version: str) -> tuple[Any, Any]:
         if self.info is None:
             raise RuntimeError("register first")
-        channel = grpc.insecure_channel(f"unix://{self.info.endpoint}")
-        self._channels.append(channel)
+        if not self._channels:  # one connection, as the kubelet keeps per plugin
+            self._channels.append(grpc.insecure_channel(f"unix://{self.info.endpoint}"))
+        channel = self._channels[0]
         if version == "v1":
             return v1, v1_grpc.DRAPluginStub(channel)
         return v1beta1, v1beta1_grpc.DRAPluginStub(channel)
