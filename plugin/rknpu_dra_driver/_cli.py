@@ -84,7 +84,7 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
 
     from . import _instance
     from ._grpc import KubeletServers
-    from ._kube import KubeApi, make_api_client
+    from ._kube import KubeApi
     from ._publisher import SlicePublisher
     from ._store import ClaimStore
 
@@ -111,7 +111,9 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
         _log.info("stopped before taking over")
         return 0
     try:
-        api = KubeApi(make_api_client(settings.kubeconfig, settings.api_timeout), settings.api_timeout)
+        api = KubeApi(settings.kubeconfig, settings.api_timeout)
+        api.check_config()
+        api.start()  # the client loads while the sockets come up (prepared claims need no API)
         resources = ResourceManager(
             host,
             NullEvents(),
@@ -155,6 +157,7 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
         def stop_publisher() -> None:
             publish_stop.set()
             publisher.wake()
+            api.close()
 
         serving.add(lambda: publisher.run(publish_stop), stop_publisher, name="slices")
         try:

@@ -219,7 +219,7 @@ def test_kill_between_spec_and_checkpoint_loses_nothing(rig: DriverRig) -> None:
     from rknnlaunch.npu import HostRoot
     from rknpu_device_plugin._events import NullEvents
     from rknpu_device_plugin.devices._manager import ResourceManager
-    from rknpu_dra_driver._kube import KubeApi, make_api_client
+    from rknpu_dra_driver._kube import KubeApi
     from rknpu_dra_driver._store import ClaimStore
 
     class Killed(BaseException):
@@ -228,7 +228,8 @@ def test_kill_between_spec_and_checkpoint_loses_nothing(rig: DriverRig) -> None:
     rig.api.add_claim("default", "c", UID, results("npu-core-1"))
     resources = ResourceManager(HostRoot(rig.host_root), NullEvents())
     resources.scan()
-    api = KubeApi(make_api_client(rig.settings.kubeconfig, 1.0), 1.0)
+    api = KubeApi(rig.settings.kubeconfig, 1.0)
+    api.connect()
     store = ClaimStore(api, resources, DRIVER, NODE, rig.plugin_dir, rig.cdi_dir)
     store.load()
 
