@@ -3,6 +3,7 @@ per-claim CDI spec and the checkpoint that survives restarts, rebuilt from the s
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,6 +80,7 @@ class ClaimStore:
                 extra={"fields": {"path": str(self.checkpoint_path), "error": str(exc)}},
             )
             claims, rebuilt = {}, True
+        self._remove_torn_writes()
         recovered = []
         for path, claim in claims_in_specs(self.cdi_dir, self.driver_name):
             if claim is None:
@@ -93,6 +95,19 @@ class ClaimStore:
             if rebuilt or recovered:
                 save(self.checkpoint_path, self._claims)
         _log.info("prepared claims loaded", extra={"fields": {"claims": len(claims)}})
+
+    def _remove_torn_writes(self) -> None:
+        """The temporary files of writes a kill interrupted (`write_atomic` names them
+        ``.<name>.<random>.tmp``); the files they were replacing are intact."""
+        patterns = (
+            (self.checkpoint_path.parent, f".{self.checkpoint_path.name}.*.tmp"),
+            (self.cdi_dir, f".{self.driver_name}-claim_*.tmp"),
+        )
+        for folder, pattern in patterns:
+            for temp in folder.glob(pattern) if folder.is_dir() else ():
+                with contextlib.suppress(OSError):
+                    temp.unlink()
+                    _log.info("removed an interrupted write", extra={"fields": {"path": str(temp)}})
 
     # --- prepare --------------------------------------------------------------------------------
 

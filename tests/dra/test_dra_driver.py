@@ -241,8 +241,10 @@ def test_kill_between_spec_and_checkpoint_loses_nothing(rig: DriverRig) -> None:
         store.prepare(_ref())
     assert len(spec_files(rig)) == 1 and not (rig.plugin_dir / CHECKPOINT_NAME).exists()
 
+    (rig.cdi_dir / f".{DRIVER}-claim_{UID}.json.x1y2.tmp").write_text("{")  # a torn write's leftover
     kubelet = rig.start()
     assert [c["uid"] for c in checkpoint(rig)["claims"]] == [UID]  # recovered from the spec
+    assert not list(rig.cdi_dir.glob(".*.tmp"))
     assert kubelet.unprepare([("default", "c", UID)]).claims[UID].error == ""
     assert spec_files(rig) == [] and checkpoint(rig)["claims"] == []
 
