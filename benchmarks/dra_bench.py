@@ -131,7 +131,7 @@ class Bench:
 
     def components(self, calls: int = 200) -> dict[str, float]:
         """Where a prepare's time goes, on this machine now: one API read, one fsynced file write."""
-        from rknpu_device_plugin._files import write_atomic
+        from rknpu_device_plugin import write_atomic
         from rknpu_dra_driver._kube import KubeApi
 
         api = KubeApi(str(self.settings.kubeconfig), 5.0)

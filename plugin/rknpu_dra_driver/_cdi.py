@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rknnlaunch.npu import NpuInfo
-from rknpu_device_plugin._files import write_atomic
-from rknpu_device_plugin.devices._policy import NodeExtras, cdi_spec, container_plan
+from rknpu_device_plugin import write_atomic
+from rknpu_device_plugin.devices import NodeExtras, cdi_spec, container_plan
 
 from ._claims import PreparedClaim
 

@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from rknpu_device_plugin._files import write_atomic
+from rknpu_device_plugin import write_atomic
 
 from ._claims import PreparedClaim
 

@@ -79,8 +79,8 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
     """Serve until SIGTERM/SIGINT (or ``stop``); 0 on a clean stop. Two actor groups: waiting for
     the node's instance lock (a second driver waits for the first), then serving."""
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    from rknpu_device_plugin._events import NullEvents
-    from rknpu_device_plugin.devices._manager import ResourceManager
+    from rknpu_device_plugin import NullEvents
+    from rknpu_device_plugin.devices import ResourceManager
 
     from . import _instance
     from ._grpc import KubeletServers

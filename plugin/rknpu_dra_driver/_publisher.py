@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any, cast
 
-from rknpu_device_plugin.devices._manager import DeviceState, ResourceManager
+from rknpu_device_plugin.devices import DeviceState, ResourceManager
 
 from ._kube import ApiError, KubeApi
 from ._log import get_logger

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rknnlaunch.npu import NpuInfo
-from rknpu_device_plugin.devices._policy import device_cores, device_ids
+from rknpu_device_plugin.devices import device_cores, device_ids
 
 MAX_DEVICES_PER_SLICE = 128
 """resource.k8s.io/v1 ResourceSliceMaxDevices; an NPU has at most 3 cores, so one slice always fits."""

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rknpu_device_plugin.devices._manager import ResourceManager
+from rknpu_device_plugin.devices import ResourceManager
 
 from ._cdi import (
     cdi_device_id,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DRIVER, NODE, DriverRig
+from drarig import DRIVER, NODE, DriverRig
 
 from rknpu_dra_driver._checkpoint import CHECKPOINT_NAME
 
@@ -217,8 +217,8 @@ def test_a_corrupt_checkpoint_is_refused_and_rebuilt_from_the_cdi_specs(
 
 def test_kill_between_spec_and_checkpoint_loses_nothing(rig: DriverRig) -> None:
     from rknnlaunch.npu import HostRoot
-    from rknpu_device_plugin._events import NullEvents
-    from rknpu_device_plugin.devices._manager import ResourceManager
+    from rknpu_device_plugin import NullEvents
+    from rknpu_device_plugin.devices import ResourceManager
     from rknpu_dra_driver._kube import KubeApi
     from rknpu_dra_driver._store import ClaimStore
 

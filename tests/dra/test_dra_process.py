@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import DRIVER, NODE, DriverRig
+from drarig import DRIVER, NODE, DriverRig
 from kubeletstub import KubeletStub
 
 from rknnlaunch import SettingsError
