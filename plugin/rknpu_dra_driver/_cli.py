@@ -113,7 +113,6 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
     try:
         api = KubeApi(settings.kubeconfig, settings.api_timeout)
         api.check_config()
-        api.start()  # the client loads while the sockets come up (prepared claims need no API)
         resources = ResourceManager(
             host,
             NullEvents(),
@@ -137,7 +136,9 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
             settings.driver_name,
             node_facts(host, settings.host_librknnrt),
         )
+        api.on_ready = publisher.wake
         servers = KubeletServers(store, settings.driver_name, plugin_dir, settings.registration_dir)
+        api.start()  # the client loads while the sockets come up (prepared claims need no API)
         servers.start()
         # Interrupts run in the order added: the sockets go first (the kubelet stops calling), then
         # the health and publishing loops; the slice is deleted once all have ended.

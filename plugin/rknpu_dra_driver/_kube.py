@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rknnlaunch import RknnLaunchError
@@ -72,6 +72,8 @@ class KubeApi:
         self._error: str | None = None
         self._resource: Any = None
         self._core: Any = None
+        self.on_ready: Callable[[], None] = lambda: None
+        """Called once the client is built (the slice publisher retries at once)."""
 
     def check_config(self) -> None:
         """The cheap up-front check (a missing kubeconfig file is a start error, not a log line)."""
@@ -95,6 +97,7 @@ class KubeApi:
             raise
         finally:
             self._ready.set()
+        self.on_ready()
 
     def start(self) -> threading.Thread:
         """`connect` on a thread; a failure is logged once and every call then raises ApiError."""

@@ -52,7 +52,9 @@ class SlicePublisher:
         failing = False
         try:
             while not stop.is_set():
-                self._wake.wait()
+                # After a failure, retry after ``delay``, or at once when something changes (health,
+                # the API client becoming ready).
+                self._wake.wait(delay if failing else None)
                 self._wake.clear()
                 if stop.is_set():
                     break
@@ -64,10 +66,9 @@ class SlicePublisher:
                             "cannot publish the ResourceSlice; retrying",
                             extra={"fields": {"error": str(exc)}},
                         )
+                    else:
+                        delay = min(delay * 2, RETRY_MAX_S)
                     failing = True
-                    stop.wait(delay)
-                    delay = min(delay * 2, RETRY_MAX_S)
-                    self._wake.set()
                     continue
                 if failing:
                     _log.info("ResourceSlice published again after API errors")

@@ -92,7 +92,7 @@ class FakeApiServer:
         with self.lock:
             self.claims[(namespace, name)] = claim
 
-    def wait_slices(self, predicate: Any, timeout: float = 10.0) -> dict[str, dict[str, Any]]:
+    def wait_slices(self, predicate: Any, timeout: float = 60.0) -> dict[str, dict[str, Any]]:
         """Wait until ``predicate(slices)`` holds (a condition, not a sleep); the slices then."""
         deadline = time.monotonic() + timeout
         with self.changed:

@@ -280,3 +280,27 @@ def test_a_second_driver_on_the_node_waits_for_the_first(rig: DriverRig) -> None
     second_stop.set()
     second.join(10)
     assert second_result == [0]
+
+
+def test_the_published_slice_is_valid_against_the_v1_schema(rig: DriverRig) -> None:
+    import kubernetes_validate
+
+    rig.start()
+    (published,) = rig.api.wait_slices(lambda s: len(slice_devices(s)) == 3).values()
+    body = {key: value for key, value in published.items()}
+    body["metadata"] = {k: v for k, v in published["metadata"].items() if k != "resourceVersion"}
+    for version in ("1.34", kubernetes_validate.latest_version()):
+        kubernetes_validate.validate(body, version, strict=True)
+
+
+def test_a_claim_two_pods_share_is_prepared_once(rig: DriverRig) -> None:
+    kubelet = rig.start()
+    rig.api.add_claim("default", "shared", UID, results("npu-core-2"))
+    first = kubelet.prepare([("default", "shared", UID)])  # pod A
+    reads = sum(1 for method, path in rig.api.requests if path.endswith("/resourceclaims/shared"))
+    second = kubelet.prepare([("default", "shared", UID)], "v1beta1")  # pod B, an older kubelet API
+    assert [d.cdi_device_ids for d in first.claims[UID].devices] == [
+        d.cdi_device_ids for d in second.claims[UID].devices
+    ]
+    assert sum(1 for method, path in rig.api.requests if path.endswith("/resourceclaims/shared")) == reads
+    assert len(spec_files(rig)) == 1 and len(checkpoint(rig)["claims"]) == 1
