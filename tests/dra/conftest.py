@@ -36,7 +36,7 @@ def rig(fake_api: FakeApiServer) -> Iterator[DriverRig]:
         registration_dir=root / "registry",
         plugin_dir=root / "plugin",
         cdi_dir=root / "cdi",
-        api_timeout=1.0,
+        api_timeout=5.0,
         health_interval=0.1,
     )
     made = DriverRig(root, fake_api, settings)

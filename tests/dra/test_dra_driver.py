@@ -151,9 +151,10 @@ def test_api_down_fails_the_claim_clearly_and_prepare_recovers(rig: DriverRig) -
 
 
 def test_a_slow_api_fails_the_claim_within_the_api_timeout(rig: DriverRig) -> None:
+    rig.settings = rig.settings.model_copy(update={"api_timeout": 1.0})
     kubelet = rig.start()
     rig.api.add_claim("default", "c", UID, results("npu-core-0"))
-    rig.api.delay = 3.0  # > api_timeout (1 s), < the kubelet's deadline
+    rig.api.delay = 3.0  # > api_timeout (1 s), < the kubelet stub's deadline (10 s)
     error = kubelet.prepare([("default", "c", UID)]).claims[UID].error
     assert "cannot read ResourceClaim" in error and "Timeout" in error
     rig.api.delay = 0.0
@@ -228,7 +229,7 @@ def test_kill_between_spec_and_checkpoint_loses_nothing(rig: DriverRig) -> None:
     rig.api.add_claim("default", "c", UID, results("npu-core-1"))
     resources = ResourceManager(HostRoot(rig.host_root), NullEvents())
     resources.scan()
-    api = KubeApi(rig.settings.kubeconfig, 1.0)
+    api = KubeApi(rig.settings.kubeconfig, 5.0)
     api.connect()
     store = ClaimStore(api, resources, DRIVER, NODE, rig.plugin_dir, rig.cdi_dir)
     store.load()
