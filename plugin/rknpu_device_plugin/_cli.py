@@ -125,7 +125,13 @@ def _serve(
         )
         group.add(*closing_actor(metrics_server.stop), name="metrics")
 
-    service = DevicePluginService(resources, events, settings.mode, cdi=False)
+    service = DevicePluginService(
+        resources,
+        events,
+        settings.mode,
+        cdi=False,
+        max_replicas_per_request=1 if settings.fail_requests_greater_than_one else None,
+    )
 
     def endpoint_for() -> Endpoint | None:
         info = resources.info

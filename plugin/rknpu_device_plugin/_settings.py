@@ -55,6 +55,11 @@ class PluginSettings(BaseSettings):
         "whole: one device for the whole NPU (all cores, never shared)",
     )
     replicas: int = Field(1, ge=1, le=64, description="shared mode: how many pods may share one core")
+    fail_requests_greater_than_one: bool = Field(
+        False,
+        description="shared mode: refuse a container asking for more than one replica (default: spread it "
+        "over distinct cores)",
+    )
     soc: str | None = Field(
         None, description="SoC to assume when the device tree cannot be read (e.g. rk3588)"
     )
@@ -160,6 +165,8 @@ class PluginSettings(BaseSettings):
     def _check_mode(self) -> PluginSettings:
         if self.mode == "core" and self.replicas != 1:
             raise ValueError("replicas only apply to --mode shared")
+        if self.mode != "shared" and self.fail_requests_greater_than_one:
+            raise ValueError("--fail-requests-greater-than-one only applies to --mode shared")
         return self
 
     def resolved_probe_model(self, soc_name: str) -> Path | None:

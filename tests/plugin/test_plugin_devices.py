@@ -275,3 +275,36 @@ def test_container_plan_hands_in_extras_and_the_host_librknnrt() -> None:
         }
     ]
     assert "RKNN_NPU_LIBRKNNRT_SOURCE=host:/opt/rk/librknnrt.so" in edits["env"]
+
+
+def test_shared_mode_spreads_a_multi_replica_request_over_distinct_cores() -> None:
+    every = list(device_ids(3, "shared", 2))
+    # The kubelet emulator's case: 2 units got both replicas of core 0 (mask 1); now two cores.
+    assert preferred_allocation(RK3588, 3, every, [], 2, "shared") == ["npu-core-0-0", "npu-core-1-0"]
+    assert cores_of(preferred_allocation(RK3588, 3, every, [], 3, "shared")) == {0, 1, 2}
+    # More units than cores: one per core first, then second replicas, round by round.
+    assert preferred_allocation(RK3588, 3, every, [], 4, "shared") == [
+        "npu-core-0-0",
+        "npu-core-1-0",
+        "npu-core-2-0",
+        "npu-core-0-1",
+    ]
+    # A must-include core is not doubled while another core is free.
+    assert preferred_allocation(RK3588, 3, every, ["npu-core-0-1"], 2, "shared") == [
+        "npu-core-0-1",
+        "npu-core-1-0",
+    ]
+    # Fewer cores free than units: the only core there gives both.
+    assert preferred_allocation(RK3588, 3, ["npu-core-2-0", "npu-core-2-1"], [], 2, "shared") == [
+        "npu-core-2-0",
+        "npu-core-2-1",
+    ]
+
+
+def test_shared_mode_can_refuse_requests_above_one_replica() -> None:
+    from rknpu_device_plugin.devices._policy import AllocationError, check_shared_request
+
+    check_shared_request(["npu-core-0-0"], 1)
+    check_shared_request(["npu-core-0-0", "npu-core-1-0"], None)
+    with pytest.raises(AllocationError, match=r"2 shared replicas.*--fail-requests-greater-than-one"):
+        check_shared_request(["npu-core-0-0", "npu-core-1-0"], 1)

@@ -62,6 +62,22 @@ def test_shared_mode_offers_each_core_replicas_times(rig_factory: RigFactory) ->
     assert response.container_responses[0].envs["RKNN_NPU_CORE_MASK"] == "2"
 
 
+def test_shared_mode_spreads_a_two_unit_request_and_can_refuse_it(rig_factory: RigFactory) -> None:
+    rig = rig_factory("rk3588-drm", "--mode", "shared", "--replicas", "2")
+    every = [f"npu-core-{c}-{r}" for c in range(3) for r in range(2)]
+    chosen = preferred(rig.stub(), every, [], 2)
+    assert chosen == ["npu-core-0-0", "npu-core-1-0"]  # two cores, not both shares of core 0
+    assert allocate(rig.stub(), chosen).container_responses[0].envs["RKNN_NPU_CORE_MASK"] == "3"
+    strict = rig_factory(
+        "rk3588-drm", "--mode", "shared", "--replicas", "2", "--fail-requests-greater-than-one"
+    )
+    with pytest.raises(grpc.RpcError) as refused:
+        allocate(strict.stub(), chosen)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "--fail-requests-greater-than-one" in (refused.value.details() or "")
+    assert allocate(strict.stub(), ["npu-core-2-1"]).container_responses[0].envs["RKNN_NPU_CORE_MASK"] == "4"
+
+
 def test_per_soc_resource_name(rig_factory: RigFactory) -> None:
     rig = rig_factory("rk3576", "--resource-name", "rockchip.com/npu-{soc}")
     assert rig.registration is not None

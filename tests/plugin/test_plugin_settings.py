@@ -49,6 +49,7 @@ def test_per_soc_resource_name() -> None:
     ("argv", "message"),
     [
         (["--replicas", "2"], "replicas only apply to --mode shared"),
+        (["--fail-requests-greater-than-one"], "only applies to --mode shared"),
         (["--resource-name", "npu"], "not an extended resource name"),
         (["--soc", "rk9999"], "unknown SoC"),
         (["--socket-name", "kubelet.sock"], "plain file name"),

@@ -1,4 +1,7 @@
-"""Device logic: NPU discovery on the node, device IDs, allocation policy, health (no gRPC here)."""
+"""Device logic: NPU discovery on the node, device IDs, allocation policy, health (no gRPC here).
+
+The DRA driver (`rknpu_dra_driver`) shares these with the device plugin: one implementation.
+"""
 
 import importlib
 from typing import TYPE_CHECKING, Any
@@ -11,11 +14,14 @@ if TYPE_CHECKING:
         AllocationError,
         ContainerPlan,
         Mode,
+        NodeExtras,
         cdi_spec,
         check_preferred_request,
         check_request,
         container_plan,
         cores_of,
+        device_cores,
+        device_ids,
         preferred_allocation,
     )
     from ._probe import HoldersUnknownError, ProbeLoop, ProbeRunner
@@ -24,6 +30,9 @@ if TYPE_CHECKING:
 # What other layers may use, by defining module; imported on first use (PEP 562), so importing
 # the package costs nothing.
 _LAZY = {
+    "device_ids": "._policy",
+    "device_cores": "._policy",
+    "NodeExtras": "._policy",
     "AllocationError": "._policy",
     "ContainerPlan": "._policy",
     "DEFAULT_RESOURCE_NAME": "._policy",
@@ -53,6 +62,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "device_ids",
+    "device_cores",
+    "NodeExtras",
     "AllocationError",
     "ContainerPlan",
     "DEFAULT_RESOURCE_NAME",

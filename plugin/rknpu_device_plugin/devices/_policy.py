@@ -134,7 +134,7 @@ def preferred_allocation(
     rest = [i for i in known if i not in must]
     need = min(size - len(must), len(rest))
     if mode == "shared":
-        return must + _shared_pick(rest, need)
+        return must + _shared_pick(rest, need, cores_of(must))
     if mode == "whole":
         return must + rest[:need]  # one device per node: nothing to choose between
     candidates = [tuple(must) + combo for combo in itertools.combinations(rest, need)]
@@ -176,17 +176,42 @@ def _largest_runnable(soc: SocSpec, core_count: int, cores: CoreSet) -> int:
     return max((len(s) for s in runnable_core_sets(soc, core_count, cores)), default=0)
 
 
-def _shared_pick(rest: Sequence[str], need: int) -> list[str]:
+def _shared_pick(rest: Sequence[str], need: int, taken: CoreSet = frozenset()) -> list[str]:
+    """Replicas spread over distinct cores (NVIDIA's ``sharedDevicesAllocationPolicy:
+    distributed``): a request of N replicas gets N different cores while there are that many, so
+    a 2-unit pod gets two cores (mask 3), not two shares of core 0 (mask 1). Cores the request
+    already holds (``taken``: must-include) come last; among the rest the core with the most free
+    replicas first (the least loaded), ties to the lower core. Only past one replica per core
+    does a core give a second replica, round by round."""
     by_core: dict[int, list[str]] = {}
-    for device_id in rest:
+    for device_id in sorted(rest, key=_id_order):
         by_core.setdefault(core_of(device_id) or 0, []).append(device_id)
+    order = sorted(by_core, key=lambda core: (core in taken, -len(by_core[core]), core))
     picked: list[str] = []
-    # Most free replicas first (least loaded core); ties to the lower core.
-    for _core, ids in sorted(by_core.items(), key=lambda item: (-len(item[1]), item[0])):
-        picked.extend(sorted(ids, key=_id_order)[: need - len(picked)])
-        if len(picked) == need:
+    round_index = 0
+    while len(picked) < need:
+        took = False
+        for core in order:
+            ids = by_core[core]
+            if round_index < len(ids) and len(picked) < need:
+                picked.append(ids[round_index])
+                took = True
+        if not took:
             break
+        round_index += 1
     return picked
+
+
+def check_shared_request(ids: Sequence[str], max_per_request: int | None) -> None:
+    """Shared mode's refusal of big requests (NVIDIA's ``failRequestsGreaterThanOne``): with
+    ``max_per_request`` 1, a container naming more than one replica gets AllocationError (a pod
+    that wants more than a share should ask for cores, on a core-mode node). None allows any."""
+    if max_per_request is not None and len(ids) > max_per_request:
+        raise AllocationError(
+            f"the request names {len(ids)} shared replicas ({quote_ids(ids)}); this node's plugin refuses "
+            f"more than {max_per_request} per container (--fail-requests-greater-than-one): ask for "
+            "rockchip.com/npu: 1, or use a core-mode node for whole cores"
+        )
 
 
 def _id_order(device_id: str) -> tuple[int, ...]:

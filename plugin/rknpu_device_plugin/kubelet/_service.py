@@ -22,6 +22,7 @@ from ..devices import (
     ResourceManager,
     check_preferred_request,
     check_request,
+    check_shared_request,
     container_plan,
     preferred_allocation,
 )
@@ -72,7 +73,15 @@ class DevicePluginService(StreamingServicer):
     """The kubelet API, every method a coroutine on the server's event loop: none blocks (state
     is a snapshot under a lock, logging goes through a queue), so no call waits for a thread."""
 
-    def __init__(self, resources: ResourceManager, events: PluginEvents, mode: Mode, cdi: bool) -> None:
+    def __init__(
+        self,
+        resources: ResourceManager,
+        events: PluginEvents,
+        mode: Mode,
+        cdi: bool,
+        max_replicas_per_request: int | None = None,
+    ) -> None:
+        self._max_replicas_per_request = max_replicas_per_request if mode == "shared" else None
         self._streams: set[_LoopSink] = set()
         self._no_streams = asyncio.Event()
         self._resources = resources
@@ -166,6 +175,7 @@ class DevicePluginService(StreamingServicer):
                 if info is None:
                     raise AllocationError("no NPU has been discovered on this node")
                 check_request(ids, state.ids, state.health)
+                check_shared_request(ids, self._max_replicas_per_request)
             except AllocationError as exc:
                 reason = f"Allocate refused for {quote_ids(ids) if ids else 'an empty request'}: {exc}"
                 _log.error(reason)

@@ -1,0 +1,5 @@
+"""`python -m rknpu_dra_driver`."""
+
+from ._cli import main
+
+main()

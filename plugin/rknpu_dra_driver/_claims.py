@@ -1,0 +1,145 @@
+"""Pure claim logic: which of a ResourceClaim's allocation results are ours, checked against the
+devices this node offers; what a prepared claim is (the checkpoint's and the CDI spec's record)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from rknnlaunch.npu import format_cores
+from rknpu_device_plugin import quote_ids
+from rknpu_device_plugin.devices import cores_of
+
+
+class ClaimError(ValueError):
+    """One claim cannot be prepared; the message is the per-claim error the kubelet shows."""
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    """A claim as the kubelet names it."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    def describe(self) -> str:
+        return f"ResourceClaim {self.namespace}/{self.name} (uid {self.uid})"
+
+
+@dataclass(frozen=True)
+class AllocatedDevice:
+    """One allocation result of ours: the request it serves, its pool and device."""
+
+    request: str
+    pool: str
+    device: str
+
+
+@dataclass(frozen=True)
+class PreparedClaim:
+    """What prepare did for one claim: its devices, their cores and the CDI device ID naming them."""
+
+    ref: ClaimRef
+    devices: tuple[AllocatedDevice, ...]
+    cdi_device_id: str
+
+    @property
+    def cores(self) -> frozenset[int]:
+        return cores_of(device.device for device in self.devices)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "namespace": self.ref.namespace,
+            "name": self.ref.name,
+            "uid": self.ref.uid,
+            "cdiDeviceID": self.cdi_device_id,
+            "devices": [{"request": d.request, "pool": d.pool, "device": d.device} for d in self.devices],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> PreparedClaim:
+        """Raises ValueError (KeyError/TypeError included) on a malformed record."""
+        devices = data["devices"]
+        if not isinstance(devices, list):
+            raise ValueError("devices is not a list")
+        ref = ClaimRef(_text(data, "namespace"), _text(data, "name"), _text(data, "uid"))
+        return cls(
+            ref,
+            tuple(
+                AllocatedDevice(_text(d, "request"), _text(d, "pool"), _text(d, "device")) for d in devices
+            ),
+            _text(data, "cdiDeviceID"),
+        )
+
+
+def _text(data: object, key: str) -> str:
+    if not isinstance(data, Mapping) or not isinstance(data.get(key), str):
+        raise ValueError(f"{key} is missing or not a string")
+    value: str = data[key]
+    return value
+
+
+def our_devices(
+    ref: ClaimRef,
+    claim: Mapping[str, object],
+    driver_name: str,
+    pool_name: str,
+    offered: Collection[str],
+) -> tuple[AllocatedDevice, ...]:
+    """The claim's allocation results for ``driver_name``, each checked: the claim's UID is the
+    request's, it is allocated, every result of ours names this node's pool and a device offered
+    now. Raises ClaimError saying what is wrong (a few names and a count, whatever the size)."""
+    metadata = _mapping(claim.get("metadata"))
+    uid = metadata.get("uid")
+    if uid != ref.uid:
+        raise ClaimError(
+            f"{ref.describe()}: the API server's claim of that name has uid {uid!r}; it was deleted "
+            "and re-created since the kubelet asked, so the kubelet retries with the new claim"
+        )
+    allocation = _mapping(_mapping(claim.get("status")).get("allocation"))
+    results = _mapping(allocation.get("devices")).get("results")
+    if not allocation or not isinstance(results, list):
+        raise ClaimError(
+            f"{ref.describe()} is not allocated (it was deallocated after scheduling?); the scheduler "
+            "allocates it again and the kubelet retries"
+        )
+    ours: list[AllocatedDevice] = []
+    for result in results:
+        entry = _mapping(result)
+        if entry.get("driver") != driver_name:
+            continue
+        ours.append(
+            AllocatedDevice(
+                str(entry.get("request", "")), str(entry.get("pool", "")), str(entry.get("device", ""))
+            )
+        )
+    if not ours:
+        drivers = sorted({str(_mapping(r).get("driver")) for r in results})
+        raise ClaimError(
+            f"{ref.describe()} has no device of driver {driver_name} (allocated to "
+            f"{quote_ids(drivers) if drivers else 'no driver'}); the kubelet asked the wrong driver"
+        )
+    other_pools = sorted({d.pool for d in ours if d.pool != pool_name})
+    if other_pools:
+        raise ClaimError(
+            f"{ref.describe()} is allocated devices of pool {quote_ids(other_pools)}, not of this node's "
+            f"pool {pool_name!r}; the claim belongs to another node"
+        )
+    names = [d.device for d in ours]
+    unknown = [name for name in dict.fromkeys(names) if name not in offered]
+    if unknown:
+        listed = quote_ids(sorted(offered)) if offered else "none (no healthy NPU core)"
+        raise ClaimError(
+            f"{ref.describe()} names device {quote_ids(unknown)} ({len(names):,} device(s) in all) that "
+            f"this node does not offer (it offers {listed}); reallocate the claim"
+        )
+    return tuple(ours)
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def describe_cores(devices: Sequence[AllocatedDevice]) -> str:
+    return format_cores(cores_of(d.device for d in devices))

@@ -1,0 +1,172 @@
+"""The `rknpu-dra-driver` entry point: settings, wiring, signals, and the one place errors become
+exit codes (as the device plugin's: 0 clean stop, 1 failure, 2 bad settings)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+
+from rknnlaunch import __version__
+from rknnlaunch.npu import HostRoot, soc_by_name
+from rknpu_serverkit import ActorGroup, closing_actor, end_server_process, run_main
+
+from ._log import LOGGER_NAME, get_logger, setup_logging
+from ._settings import PROG, DraSettings, build_parser, settings_from
+from ._slices import NodeFacts
+
+SHUTDOWN_JOIN_SECONDS = 1.5
+_log = get_logger()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    if argv is not None:
+        return run_main(PROG, lambda: _main(argv), LOGGER_NAME)
+    end_server_process(run_main(PROG, lambda: _main(sys.argv[1:]), LOGGER_NAME))
+
+
+def _main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    if getattr(args, "version", False):
+        print(f"{PROG} {__version__}")
+        return 0
+    settings = settings_from(args)
+    stop_logging = setup_logging(settings.log_format, settings.log_level)
+    try:
+        return run(settings)
+    finally:
+        stop_logging()
+
+
+def node_facts(host: HostRoot, host_librknnrt: str | None) -> NodeFacts:
+    """The board model (device tree) and the host runtime's version, when the node has them."""
+    from rknnlaunch.npu import LIBRKNNRT_PATH, find_librknnrt
+
+    model = None
+    for path in ("/sys/firmware/devicetree/base/model", "/proc/device-tree/model"):
+        try:
+            model = host.read_text(path).strip("\0\n ") or None
+            break
+        except OSError:
+            continue
+    version = None
+    try:
+        found = find_librknnrt(host, host_librknnrt or LIBRKNNRT_PATH)
+        version = found.version if found is not None else None
+    except OSError:
+        pass
+    return NodeFacts(board_model=model, librknnrt_version=version)
+
+
+def _external_stop(stop: threading.Event | None) -> tuple[Callable[[], None], Callable[[], None]]:
+    """An actor that returns when a caller's ``stop`` is set (tests, the benchmark); its interrupt
+    ends it without setting ``stop`` (the caller's flag stays theirs)."""
+    done = threading.Event()
+
+    def execute() -> None:
+        if stop is None:
+            done.wait()
+            return
+        # Two flags to wait on: a short poll of the caller's, only when a caller passed one.
+        while not done.is_set() and not stop.wait(0.05):
+            pass
+
+    return execute, done.set
+
+
+def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
+    """Serve until SIGTERM/SIGINT (or ``stop``); 0 on a clean stop. Two actor groups: waiting for
+    the node's instance lock (a second driver waits for the first), then serving."""
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    from rknpu_device_plugin import NullEvents
+    from rknpu_device_plugin.devices import ResourceManager
+
+    from . import _instance
+    from ._grpc import KubeletServers
+    from ._kube import KubeApi
+    from ._publisher import SlicePublisher
+    from ._store import ClaimStore
+
+    host = HostRoot(settings.host_root)
+    plugin_dir = settings.resolved_plugin_dir
+    _log.info(
+        "starting",
+        extra={
+            "fields": {
+                "version": __version__,
+                "driver": settings.driver_name,
+                "node": settings.node_name,
+                "plugin_dir": str(plugin_dir),
+            }
+        },
+    )
+    waiting = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)
+    waiting.add_signals()
+    waiting.add(*_external_stop(stop), name="stop")
+    lock_stop = threading.Event()
+    waiting.add(lambda: _instance.acquire(plugin_dir, lock_stop), lock_stop.set, name="instance-lock")
+    lock = waiting.run()
+    if lock is None:
+        _log.info("stopped before taking over")
+        return 0
+    try:
+        api = KubeApi(settings.kubeconfig, settings.api_timeout)
+        api.check_config()
+        resources = ResourceManager(
+            host,
+            NullEvents(),
+            mode="core",
+            soc_hint=soc_by_name(settings.soc) if settings.soc else None,
+            health_interval=settings.health_interval,
+            use_inotify=settings.inotify,
+            extra_devices=settings.extra_device,
+            host_librknnrt=settings.host_librknnrt,
+        )
+        resources.when_missing = "publishing no devices and re-scanning for a late driver load"
+        resources.scan()
+        store = ClaimStore(
+            api, resources, settings.driver_name, settings.node_name, plugin_dir, settings.cdi_dir
+        )
+        store.load()
+        publisher = SlicePublisher(
+            api,
+            resources,
+            settings.node_name,
+            settings.driver_name,
+            node_facts(host, settings.host_librknnrt),
+        )
+        api.on_ready = publisher.wake
+        servers = KubeletServers(store, settings.driver_name, plugin_dir, settings.registration_dir)
+        api.start()  # the client loads while the sockets come up (prepared claims need no API)
+        servers.start()
+        # Interrupts run in the order added: the sockets go first (the kubelet stops calling), then
+        # the health and publishing loops; the slice is deleted once all have ended.
+        serving = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)
+        serving.add_signals()
+        serving.add(*_external_stop(stop), name="stop")
+        serving.add(*closing_actor(servers.stop), name="kubelet-servers")
+        health_stop = threading.Event()
+
+        def stop_health() -> None:
+            health_stop.set()
+            resources.close()
+
+        serving.add(lambda: resources.run(health_stop), stop_health, name="health")
+        publish_stop = threading.Event()
+
+        def stop_publisher() -> None:
+            publish_stop.set()
+            publisher.wake()
+            api.close()
+
+        serving.add(lambda: publisher.run(publish_stop), stop_publisher, name="slices")
+        try:
+            serving.run()
+        finally:
+            _log.info("stopping")
+            publisher.delete_all()
+    finally:
+        _instance.release(lock)
+    _log.info("stopped")
+    return 0

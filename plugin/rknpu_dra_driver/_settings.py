@@ -1,0 +1,179 @@
+"""The driver's settings: flags override RKNPU_DRA_* environment variables; built once in main."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from rknpu_serverkit import (
+    LOG_FORMATS,
+    LOG_LEVELS,
+    LogFormat,
+    LogLevel,
+    UsageParser,
+    add_setting_flags,
+    check_soc_name,
+    settings_from_flags,
+)
+
+ENV_PREFIX = "RKNPU_DRA_"
+PROG = "rknpu-dra-driver"
+DEFAULT_DRIVER_NAME = "npu.rockchip.com"
+DEFAULT_REGISTRATION_DIR = "/var/lib/kubelet/plugins_registry"
+DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
+# A DRA driver name is a DNS subdomain (resource.k8s.io validation), at most 63 characters.
+_DRIVER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# A node name is a DNS subdomain too (at most 253 characters).
+_NODE_NAME = _DRIVER_NAME
+
+
+def _env(name: str) -> str:
+    # The conventional variables (the DaemonSet sets NODE_NAME from spec.nodeName; kubectl's
+    # KUBECONFIG) are read here, at the one place settings are built, never deeper.
+    return os.environ.get(name, "")
+
+
+class DraSettings(BaseSettings):
+    """Everything the DRA driver can be told. Field docs are the `--help` texts."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+
+    host_root: Path = Field(Path("/"), description="where the host's / is mounted (the DaemonSet uses /host)")
+    node_name: str = Field(
+        default_factory=lambda: _env("NODE_NAME"),
+        description="this node's name, the ResourceSlice pool (default: $NODE_NAME)",
+    )
+    driver_name: str = Field(DEFAULT_DRIVER_NAME, description="the DRA driver name (DeviceClasses select it)")
+    kubeconfig: str = Field(
+        default_factory=lambda: _env("KUBECONFIG"),
+        description="kubeconfig file for the API server (default: $KUBECONFIG, else in-cluster)",
+    )
+    registration_dir: Path = Field(
+        Path(DEFAULT_REGISTRATION_DIR), description="kubelet's plugin registration folder"
+    )
+    plugin_dir: Path | None = Field(
+        None,
+        description="our socket's and checkpoint's folder (default: /var/lib/kubelet/plugins/<driver-name>)",
+    )
+    cdi_dir: Path = Field(Path("/var/run/cdi"), description="where the per-claim CDI specs are written")
+    soc: str | None = Field(
+        None, description="SoC to assume when the device tree cannot be read (e.g. rk3588)"
+    )
+    health_interval: float = Field(
+        0.5,
+        gt=0,
+        le=300,
+        description="seconds between driver re-checks (device node changes are seen at once)",
+    )
+    inotify: bool = Field(True, description="watch folders with inotify (--no-inotify polls instead)")
+    extra_device: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="comma-separated host device nodes to hand in too when present, "
+        "e.g. /dev/rga,/dev/mpp_service",
+    )
+    host_librknnrt: str | None = Field(
+        None,
+        description="the node's librknnrt.so (host path), mounted read-only at /usr/lib/librknnrt.so",
+    )
+    api_timeout: float = Field(
+        5.0,
+        gt=0,
+        le=60,
+        description="seconds one API server request may take (prepare fails that claim after it)",
+    )
+    log_format: LogFormat = Field("text", description="log line format")
+    log_level: LogLevel = Field("info", description="log level")
+    metrics_address: str | None = Field(
+        None, description='serve Prometheus metrics on "host:port"; default off (reserved, as the plugin\'s)'
+    )
+
+    @field_validator("driver_name")
+    @classmethod
+    def _check_driver_name(cls, value: str) -> str:
+        if len(value) > 63 or not _DRIVER_NAME.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a DNS subdomain of at most 63 characters, e.g. npu.rockchip.com"
+            )
+        return value
+
+    @field_validator("node_name")
+    @classmethod
+    def _check_node_name(cls, value: str) -> str:
+        if not value:
+            raise ValueError("no node name: pass --node-name or set NODE_NAME (the DaemonSet sets it)")
+        if len(value) > 253 or not _NODE_NAME.fullmatch(value):
+            raise ValueError(f"{value!r} is not a Kubernetes node name (a lower-case DNS subdomain)")
+        return value
+
+    @field_validator("soc")
+    @classmethod
+    def _check_soc(cls, value: str | None) -> str | None:
+        return check_soc_name(value)
+
+    @field_validator("extra_device", mode="before")
+    @classmethod
+    def _split_extra_devices(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("extra_device")
+    @classmethod
+    def _check_extra_devices(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for path in value:
+            if not path.startswith("/dev/") or "/../" in path + "/" or path.endswith("/"):
+                raise ValueError(f"{path!r} is not a device node path under /dev (e.g. /dev/rga)")
+        return tuple(dict.fromkeys(value))
+
+    @field_validator("host_librknnrt")
+    @classmethod
+    def _check_host_librknnrt(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or "/../" in value + "/" or value.endswith("/")):
+            raise ValueError(
+                f"{value!r} must be the absolute host path of a file, e.g. /usr/lib/librknnrt.so"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check_paths(self) -> DraSettings:
+        if self.metrics_address:
+            raise ValueError("--metrics-address is not implemented by the DRA driver yet; leave it unset")
+        return self
+
+    @property
+    def resolved_plugin_dir(self) -> Path:
+        return (
+            self.plugin_dir if self.plugin_dir is not None else Path(DEFAULT_PLUGINS_DIR) / self.driver_name
+        )
+
+
+_FLAG_TYPES: dict[str, Any] = {"health_interval": float, "api_timeout": float}
+_FLAG_CHOICES: dict[str, list[str]] = {"log_format": LOG_FORMATS, "log_level": LOG_LEVELS}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = UsageParser(
+        prog=PROG,
+        description="Kubernetes DRA driver publishing Rockchip NPU cores as resource.k8s.io/v1 devices "
+        f"(driver {DEFAULT_DRIVER_NAME}). Every flag can also be set as {ENV_PREFIX}<FLAG> (upper case, "
+        "dashes as underscores); flags win.",
+        argument_default=argparse.SUPPRESS,
+    )
+    add_setting_flags(parser, DraSettings, ENV_PREFIX, _FLAG_TYPES, _FLAG_CHOICES)
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> DraSettings:
+    return settings_from_flags(DraSettings, args, ENV_PREFIX, PROG)
+
+
+def parse_settings(argv: Sequence[str]) -> DraSettings:
+    return settings_from(build_parser().parse_args(list(argv)))

@@ -1,0 +1,57 @@
+"""The DRA driver test rig: the driver in a thread (its real sockets and the real `kubernetes`
+client) on a fixture host, talking to the fake API server, reached through the kubelet stub."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fakeapi import FakeApiServer
+from kubeletstub import KubeletStub
+
+from rknpu_dra_driver._cli import run
+from rknpu_dra_driver._settings import DraSettings
+from rknpu_serverkit import StopEvent
+
+NODE = "node-a"
+DRIVER = "npu.rockchip.com"
+
+
+@dataclass
+class DriverRig:
+    root: Path
+    api: FakeApiServer
+    settings: DraSettings
+    stop: StopEvent = field(default_factory=StopEvent)
+    thread: threading.Thread | None = None
+    result: list[int] = field(default_factory=list)
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.settings.cdi_dir
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.settings.resolved_plugin_dir
+
+    @property
+    def host_root(self) -> Path:
+        return self.settings.host_root
+
+    def start(self) -> KubeletStub:
+        self.stop = StopEvent()
+        self.result = []
+        self.thread = threading.Thread(
+            target=lambda: self.result.append(run(self.settings, self.stop)), daemon=True
+        )
+        self.thread.start()
+        kubelet = KubeletStub(self.settings.registration_dir / f"{DRIVER}-reg.sock")
+        kubelet.register()
+        return kubelet
+
+    def end(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(10)
+            assert not self.thread.is_alive(), "the driver did not stop"

@@ -1,0 +1,163 @@
+"""The `rknpu-dra-driver` program as a process: settings and exit codes, SIGTERM, and kill -9 in the
+middle of prepares (restart: every spec is checkpointed, nothing answered is lost)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from drarig import DRIVER, NODE, DriverRig
+from kubeletstub import KubeletStub
+
+from rknnlaunch import SettingsError
+from rknpu_dra_driver._checkpoint import CHECKPOINT_NAME
+from rknpu_dra_driver._settings import DraSettings, parse_settings
+
+_PATHS = os.pathsep.join(sys.path)
+
+
+def test_flags_have_rknpu_dra_twins_and_the_conventional_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODE_NAME", "node-from-downward-api")
+    monkeypatch.setenv("KUBECONFIG", "/etc/kube.conf")
+    monkeypatch.setenv("RKNPU_DRA_CDI_DIR", "/run/cdi")
+    settings = parse_settings(["--driver-name", "npu.example.org"])
+    assert settings.node_name == "node-from-downward-api"
+    assert settings.kubeconfig == "/etc/kube.conf"
+    assert settings.cdi_dir == Path("/run/cdi")
+    assert settings.resolved_plugin_dir == Path("/var/lib/kubelet/plugins/npu.example.org")
+    assert settings.registration_dir == Path("/var/lib/kubelet/plugins_registry")
+    monkeypatch.setenv("RKNPU_DRA_NODE_NAME", "node-b")
+    assert parse_settings([]).node_name == "node-b"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--driver-name", "NPU_Rockchip"], "--driver-name (env RKNPU_DRA_DRIVER_NAME)"),
+        (["--node-name", ""], "pass --node-name or set NODE_NAME"),
+        (["--api-timeout", "0"], "greater than 0"),
+        (["--metrics-address", ":9102"], "not implemented"),
+        (["--extra-device", "rga"], "not a device node path"),
+    ],
+)
+def test_bad_settings_name_the_flag(argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODE_NAME", "node-a")
+    with pytest.raises(SettingsError) as caught:
+        parse_settings(argv)
+    assert message in str(caught.value)
+
+
+def test_bad_settings_exit_2_with_one_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "rknpu_dra_driver", "--node-name", "Bad_Node"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": _PATHS},
+    )
+    assert result.returncode == 2
+    assert "--node-name (env RKNPU_DRA_NODE_NAME)" in result.stderr and "Traceback" not in result.stderr
+
+
+def _args(settings: DraSettings) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "rknpu_dra_driver",
+        f"--host-root={settings.host_root}",
+        f"--node-name={NODE}",
+        f"--kubeconfig={settings.kubeconfig}",
+        f"--registration-dir={settings.registration_dir}",
+        f"--plugin-dir={settings.resolved_plugin_dir}",
+        f"--cdi-dir={settings.cdi_dir}",
+        "--log-format=json",
+    ]
+
+
+@pytest.fixture
+def spawn(rig: DriverRig) -> Iterator[list[subprocess.Popen[str]]]:
+    made: list[subprocess.Popen[str]] = []
+    yield made
+    for process in made:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
+def _start(rig: DriverRig, spawn: list[subprocess.Popen[str]]) -> tuple[subprocess.Popen[str], KubeletStub]:
+    process = subprocess.Popen(
+        _args(rig.settings),
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": _PATHS},
+    )
+    spawn.append(process)
+    kubelet = KubeletStub(rig.settings.registration_dir / f"{DRIVER}-reg.sock")
+    kubelet.register(timeout=60)
+    return process, kubelet
+
+
+def test_sigterm_stops_cleanly_and_deletes_the_slice(
+    rig: DriverRig, spawn: list[subprocess.Popen[str]]
+) -> None:
+    process, kubelet = _start(rig, spawn)
+    rig.api.wait_slices(lambda s: len(s) == 1, timeout=60)
+    kubelet.close()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(10) == 0
+    stderr = process.stderr.read() if process.stderr else ""
+    assert all(json.loads(line) for line in stderr.splitlines())  # every line JSON
+    assert rig.api.slices == {}
+    assert not (rig.plugin_dir / "dra.sock").exists()
+
+
+def test_kill_9_during_prepares_loses_nothing(rig: DriverRig, spawn: list[subprocess.Popen[str]]) -> None:
+    claims = [("default", f"c{i}", str(uuid.uuid4())) for i in range(40)]
+    for namespace, name, uid in claims:
+        rig.api.add_claim(
+            namespace, name, uid, [{"request": "npu", "driver": DRIVER, "pool": NODE, "device": "npu-core-0"}]
+        )
+    process, kubelet = _start(rig, spawn)
+    rig.api.wait_slices(lambda s: len(s) == 1, timeout=60)  # the API client is up
+    answered: list[str] = []
+    fifth = threading.Event()
+
+    def storm() -> None:
+        for claim in claims:
+            try:
+                if not kubelet.prepare([claim]).claims[claim[2]].error:
+                    answered.append(claim[2])
+            except Exception:  # the driver died under the call
+                return
+            if len(answered) == 5:
+                fifth.set()
+
+    thread = threading.Thread(target=storm)
+    thread.start()
+    assert fifth.wait(60)
+    os.kill(process.pid, signal.SIGKILL)  # mid-storm: the 6th prepare is somewhere in flight
+    process.wait(10)
+    thread.join(30)
+    kubelet.close()
+
+    process, kubelet = _start(rig, spawn)
+    checkpointed = {c["uid"] for c in json.loads((rig.plugin_dir / CHECKPOINT_NAME).read_text())["claims"]}
+    specs = {p.name.split("_", 1)[1].removesuffix(".json") for p in rig.cdi_dir.glob("*.json")}
+    assert set(answered) <= checkpointed  # nothing answered is lost
+    assert specs == checkpointed  # every spec is recorded once, every record has its spec
+    assert [p.name for p in (*rig.cdi_dir.iterdir(), *rig.plugin_dir.iterdir()) if p.suffix == ".tmp"] == []
+    gone = kubelet.unprepare(claims)
+    assert all(not gone.claims[uid].error for _ns, _name, uid in claims)
+    assert list(rig.cdi_dir.glob("*.json")) == []
+    assert json.loads((rig.plugin_dir / CHECKPOINT_NAME).read_text())["claims"] == []
+    kubelet.close()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(10) == 0
