@@ -7,6 +7,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._policy import check_shared_request
     from ._discovery import discover_on_node
     from ._manager import DeviceState, ResourceManager
     from ._policy import (
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 # What other layers may use, by defining module; imported on first use (PEP 562), so importing
 # the package costs nothing.
 _LAZY = {
+    "check_shared_request": "._policy",
     "device_ids": "._policy",
     "device_cores": "._policy",
     "NodeExtras": "._policy",
@@ -62,6 +64,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "check_shared_request",
     "device_ids",
     "device_cores",
     "NodeExtras",
