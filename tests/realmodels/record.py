@@ -105,8 +105,8 @@ def record_one(model: CorpusModel, build: str, root: Path) -> dict[str, Any]:
     import cv2
 
     from fakehost import make_host, write
-    from rknnlaunch.cli import _validate
     from rknnlaunch.bench import synthetic_frame
+    from rknnlaunch.cli import _validate
     from rknnlaunch.cli._main import build_parser
     from rknnlaunch.convert import ConvertRequest, convert
     from rknnlaunch.convert._toolkit import toolkit_version

@@ -7,7 +7,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._policy import check_shared_request
     from ._discovery import discover_on_node
     from ._manager import DeviceState, ResourceManager
     from ._policy import (
@@ -19,6 +18,7 @@ if TYPE_CHECKING:
         cdi_spec,
         check_preferred_request,
         check_request,
+        check_shared_request,
         container_plan,
         cores_of,
         device_cores,
