@@ -142,8 +142,9 @@ def plugin_running(trial: Trial, image: str | None, probe: Sequence[str] = ()) -
             )
         yield kubelet
     finally:
-        if image:
-            podman("logs", name, check=False)
+        if image:  # the plugin's own account, for the test log
+            logs = podman("logs", name, check=False)
+            print(f"--- plugin container log (tail)\n{(logs.stdout + logs.stderr)[-4000:]}")
             podman("rm", "-f", "-t", "5", name, check=False)
         if process is not None:
             process.terminate()
