@@ -115,7 +115,15 @@ def plugin_running(trial: Trial, image: str | None, probe: Sequence[str] = ()) -
     """The device plugin, registered with the kubelet stub; yields the stub."""
     kubelet = FakeKubelet(trial.plugin_dir)
     kubelet.start()
-    args = ["--cdi", "--log-format", "json", "--pod-resources-socket", "", *probe]
+    pod_resources = None
+    resources_args = ["--pod-resources-socket", ""]
+    if probe:  # the probe only runs once it can tell which cores pods hold: a pod-resources stub
+        from telemetry.fake_podresources import PodResourcesServer
+
+        (trial.work / "pod-resources").mkdir(exist_ok=True)
+        pod_resources = PodResourcesServer(str(trial.work / "pod-resources")).start()
+        resources_args = ["--pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock"]
+    args = ["--cdi", "--log-format", "json", *resources_args, *probe]
     name = f"rknnlaunch-plugin-{os.getpid()}"
     process: subprocess.Popen[str] | None = None
     try:
@@ -127,6 +135,7 @@ def plugin_running(trial: Trial, image: str | None, probe: Sequence[str] = ()) -
                 "-v", f"{trial.cdi_dir}:/var/run/cdi",
                 "-v", f"{trial.sim_dir}:/run/rknn-sim",
                 "-e", "RKNN_SIM_LOCK_DIR=/run/rknn-sim",
+                *(["-v", f"{trial.work / 'pod-resources'}:/var/lib/kubelet/pod-resources"] if probe else []),
                 *(["-e", "RKNN_SIM_OUTPUT_VALUES=/run/rknn-sim/probe-values.txt"] if probe else []),
                 image, "--host-root", "/host", "--cdi-dir", "/var/run/cdi", *args,
             )  # fmt: skip
@@ -142,12 +151,15 @@ def plugin_running(trial: Trial, image: str | None, probe: Sequence[str] = ()) -
             )
         yield kubelet
     finally:
-        if image:
-            podman("logs", name, check=False)
+        if image:  # the plugin's own account, for the test log
+            logs = podman("logs", name, check=False)
+            print(f"--- plugin container log (tail)\n{(logs.stdout + logs.stderr)[-4000:]}")
             podman("rm", "-f", "-t", "5", name, check=False)
         if process is not None:
             process.terminate()
             process.wait(30)
+        if pod_resources is not None:
+            pod_resources.cleanup()
         kubelet.stop()
 
 

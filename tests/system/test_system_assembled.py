@@ -137,9 +137,13 @@ def test_probe_image_turns_a_failing_core_unhealthy(tmp_path: Path) -> None:  # 
         _, request = kubelet.wait_registration(timeout=600)
         stream = assembled.DeviceStream(kubelet.plugin_stub(request.endpoint))
         deadline = time.monotonic() + 900
-        health = _health(stream, 600)
+        health = _health(stream, 600)  # every core waits for its first probe: unhealthy until then
+        while set(health.values()) != {"Healthy"} and time.monotonic() < deadline:
+            health = _health(stream, 600)
+        first_round = dict(health)
         (trial.sim_dir / "fail-cores").write_text("2\n")  # core 1: "failed to submit!" from now on
         while health.get("npu-core-1") != "Unhealthy" and time.monotonic() < deadline:
             health = _health(stream, 600)
         stream.cancel()
+    assert first_round == {"npu-core-0": "Healthy", "npu-core-1": "Healthy", "npu-core-2": "Healthy"}
     assert health == {"npu-core-0": "Healthy", "npu-core-1": "Unhealthy", "npu-core-2": "Healthy"}, health
