@@ -360,8 +360,6 @@ def test_the_model_s_own_names_are_used_by_default_as_detect_uses_them(
 ) -> None:
     """Issue 19: the sample printed class0 and warned about COCO labels for a model whose names
     `rknnlaunch detect` showed. Both now take the SDK's rule: the names the model carries."""
-    from sdk.rknnfile_builder import flatbuffer_block
-
     from rknnlaunch.model import ModelFacts, encode_custom_string
 
     facts = ModelFacts.model_validate(
@@ -378,7 +376,7 @@ def test_the_model_s_own_names_are_used_by_default_as_detect_uses_them(
         tmp_path / "fall.rknn",
         targets=("rk3588",),
         outputs=(("output0", (1, 6, 8400)),),
-        block=flatbuffer_block({11: encode_custom_string(facts)}),
+        custom_string=encode_custom_string(facts),
     )
     out = np.zeros((1, 6, 8400), np.float32)
     out[0, :, 7] = (320, 320, 100, 100, 0.0, 0.8)
