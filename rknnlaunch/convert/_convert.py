@@ -4,6 +4,7 @@ write the .rknn atomically (temp file + rename: a failure never leaves a half-wr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import tempfile
@@ -29,6 +30,7 @@ from ._plan import (
     input_size,
     with_float_layers,
 )
+from ._rewrite import prepare_file
 from ._toolkit import StageRunner, ToolkitFactory, ToolkitLike, load_toolkit, toolkit_version
 
 Progress = Callable[[str], None]
@@ -330,12 +332,16 @@ def convert(
         with tempfile.TemporaryDirectory(prefix="rknnlaunch-convert-") as work_dir:
             work = Path(work_dir)
             dataset = _write_calibration(frames, work, width, height, request.pad_value) if frames else None
+            # what the toolkit loads: the ONNX itself, or a rewritten copy (opset, head) under its name
+            source, prepared = prepare_file(request.onnx, work / "prepared")
+            for note in prepared:
+                progress(f"prepared for rknn-toolkit2: {note}")
             tail: tuple[str, ...] = ()
             if quantization == "int8-hybrid":
                 # Which tensors stay float16 is known only after the toolkit optimised the graph
                 # (it renames tensors), so a first pass writes that graph and the quantisation table.
                 progress(f"[1/{steps}] loading {request.onnx.name} for {target} ({width}x{height})")
-                instance = _configured(factory, runner, request, target, packed, onnx, width, height)
+                instance = _configured(factory, runner, request, source, target, packed, onnx, width, height)
                 progress(f"[2/{steps}] calibrating int8 on {len(frames)} images (a few minutes on a laptop)")
                 if dataset is None:  # image_files refuses an empty folder; kept explicit for -O
                     raise UsageError(
@@ -372,7 +378,7 @@ def convert(
                 )
             else:
                 progress(f"[1/{steps}] loading {request.onnx.name} for {target} ({width}x{height})")
-                instance = _configured(factory, runner, request, target, packed, onnx, width, height)
+                instance = _configured(factory, runner, request, source, target, packed, onnx, width, height)
                 progress(f"[2/{steps}] compiling ({choice})")
                 built = instance
                 runner.run(
@@ -393,8 +399,9 @@ def convert(
                 os.replace(names_temp, names_file)
             os.replace(temp, output)
         progress(f"[{steps}/{steps}] done in {time.monotonic() - started:.0f} s: {output}")
+        log = dataclasses.replace(runner.summary(), notes=prepared)
         result = Converted(
-            output, facts, runner.summary(), choice, time.monotonic() - started, tail, names_file=names_file
+            output, facts, log, choice, time.monotonic() - started, tail, names_file=names_file
         )
         if keep_simulator:
             result.toolkit, instance = instance, None
@@ -413,13 +420,15 @@ def _configured(
     factory: ToolkitFactory,
     runner: StageRunner,
     request: ConvertRequest,
+    source: Path,
     target: str,
     packed: PackedFacts,
     onnx: OnnxFacts,
     width: int,
     height: int,
 ) -> ToolkitLike:
-    """A toolkit instance set up for our letterbox (uint8 RGB in, (x - mean) / std), the ONNX loaded."""
+    """A toolkit instance set up for our letterbox (uint8 RGB in, (x - mean) / std), ``source`` (the
+    ONNX or its prepared copy) loaded."""
     instance: ToolkitLike = runner.run("load", "start rknn-toolkit2", factory)
     custom = packed.custom_string
     runner.run(
@@ -433,11 +442,11 @@ def _configured(
         ),
     )
     if request.input_size is None and onnx.input_shape[2:] == (height, width):
-        load = lambda: instance.load_onnx(model=str(request.onnx))  # noqa: E731
+        load = lambda: instance.load_onnx(model=str(source))  # noqa: E731
     else:  # a dynamic (or overridden) input size is fixed here
         sizes = [[1, 3, height, width]]
         load = lambda: instance.load_onnx(  # noqa: E731
-            model=str(request.onnx), inputs=[onnx.input_name], input_size_list=sizes
+            model=str(source), inputs=[onnx.input_name], input_size_list=sizes
         )
     runner.run("load", f"load {request.onnx.name}", load)
     return instance

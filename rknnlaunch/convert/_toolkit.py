@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from .._errors import ModelError, UsageError
 from ..runtime._rknnlite import capture_runtime_log
-from ._plan import LogSummary, fix_for, summarise_log
+from ._plan import LogSummary, fix_for, summarise_log, toolkit_frame
 
 INSTALL = "bash scripts/install-toolkit2.sh (in a venv of its own; see the script's header)"
 
@@ -84,6 +84,7 @@ class StageRunner:
     def run(self, stage: str, what: str, call: Callable[[], Any]) -> Any:
         """``call()``; a -1 return or an exception becomes `ModelError` with the toolkit's errors."""
         failure: str | None = None
+        frame: str | None = None
         result: Any = None
         with capture_runtime_log(echo=self.verbose) as log:
             try:
@@ -92,6 +93,10 @@ class StageRunner:
                 failure = (
                     f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
                 )
+                frame = toolkit_frame(str(exc))
+                if frame is not None:
+                    failure += f" in its graph optimiser, {frame}"
+
         self.lines.extend(log.lines)
         if failure is None and isinstance(result, int) and result != 0:
             failure = f"returned {result}"
@@ -101,7 +106,7 @@ class StageRunner:
             raise ModelError(
                 f"rknn-toolkit2 failed to {what} ({failure})\n  toolkit said:\n"
                 + "\n".join(f"    {line}" for line in shown),
-                fix_for(summary, stage),
+                fix_for(summary, stage, frame),
             )
         return result
 
