@@ -174,16 +174,26 @@ def _class_names(metadata: dict[str, str], output_shapes: Sequence[tuple[int, ..
     return list(COCO_NAMES) if count == len(COCO_NAMES) else [f"class{i}" for i in range(count)]
 
 
-def quantization_choice(outputs: int, layout: str, fp16: bool) -> tuple[str, str]:
-    """How `convert` builds a model with this many outputs: (quantization, why), as printed."""
+def quantization_choice(layout: str, fp16: bool) -> tuple[str, str]:
+    """How `convert` builds a model of this decoder layout: (quantization, why), as printed.
+
+    Every Ultralytics head (``ultralytics``, ``-seg``, ``-pose``, ``-obb``) ends in one
+    ``[1, 4+nc(+extra), N]`` table whatever else it outputs (seg adds its protos), so each gets the
+    hybrid build: counting outputs sent seg to plain int8, and its table found nothing (issue 19).
+    """
     if fp16:
         return "fp16", "float16 throughout (--fp16)"
-    if outputs == 1:
+    if is_table_layout(layout):
         return "int8-hybrid", (
-            "int8 with the head's tail in float16 (hybrid quantisation): a single [1, 4+nc, N] output in "
+            f"int8 with the head's tail in float16 (hybrid quantisation): {layout}'s [1, 4+nc, N] table in "
             "int8 would give boxes and scores one scale and every score would round to 0"
         )
     return "int8", f"int8 ({layout}: boxes and scores are separate outputs)"
+
+
+def is_table_layout(layout: str) -> bool:
+    """Whether the layout's boxes and scores share one ``[1, C, N]`` table (Ultralytics' exports)."""
+    return layout == "ultralytics" or layout.startswith("ultralytics-")
 
 
 def output_layout(onnx: OnnxFacts, width: int, height: int) -> str:
@@ -207,7 +217,7 @@ class ConvertPreview:
     input_size: tuple[int, int] | None = None
     layout: str | None = None
     quantization: str | None = None
-    """Without --fp16: ``int8-hybrid`` (one output) or ``int8`` (split heads)."""
+    """Without --fp16: ``int8-hybrid`` (an Ultralytics [1, C, N] table) or ``int8`` (split heads)."""
     why: str | None = None
     names_form: str | None = None
     """Where the class names would go: ``list``, ``z85`` or ``file`` (docs/convert.md#class-names)."""
@@ -230,7 +240,7 @@ def preview_convert(path: Path, target: str = "rk3588") -> ConvertPreview:
         layout = output_layout(onnx, width, height)
     except RknnLaunchError as exc:
         return ConvertPreview(command, (width, height), problem=exc.problem, fix=exc.fix)
-    quantization, why = quantization_choice(len(onnx.output_names), layout, fp16=False)
+    quantization, why = quantization_choice(layout, fp16=False)
     facts = ModelFacts.model_validate(
         {
             "class_names": list(onnx.class_names),
@@ -294,7 +304,7 @@ def convert(
     frames = decode_all(calibration, "--quant-images") if calibration else []
     factory = toolkit or load_toolkit()
 
-    quantization, choice = quantization_choice(len(onnx.output_names), layout, request.fp16)
+    quantization, choice = quantization_choice(layout, request.fp16)
     facts_base: dict[str, Any] = {
         "class_names": list(onnx.class_names),
         "input_size": (width, height),
@@ -361,8 +371,8 @@ def convert(
                 graph_file, data_file, config_file = (
                     work / f"{stem}.{ext}" for ext in ("model", "data", "quantization.cfg")
                 )
-                nodes, final = _graph_nodes(graph_file)
-                tail = float_tail(nodes, final)
+                nodes, finals = _graph_nodes(graph_file)
+                tail = _table_tail(nodes, finals)
                 config_file.write_text(with_float_layers(config_file.read_text(), tail))
                 progress(f"[3/{steps}] compiling with {len(tail)} head tensors in float16")
                 instance = runner.run("build", "start rknn-toolkit2", factory)
@@ -476,8 +486,21 @@ def _write_calibration(
     return dataset
 
 
-def _graph_nodes(graph_file: Path) -> tuple[list[GraphNode], str]:
-    """The toolkit's optimised graph (ONNX protobuf) as `GraphNode`s and its single output name."""
+def _table_tail(nodes: Sequence[GraphNode], outputs: Sequence[str]) -> tuple[str, ...]:
+    """`float_tail` of the first output that is the head's table (a seg head's protos are not)."""
+    failure: ModelError | None = None
+    for output in outputs:
+        try:
+            return float_tail(nodes, output)
+        except ModelError as exc:
+            failure = failure or exc
+    if failure is None:
+        raise ModelError("the toolkit's optimised graph has no outputs", "convert with --fp16")
+    raise failure
+
+
+def _graph_nodes(graph_file: Path) -> tuple[list[GraphNode], tuple[str, ...]]:
+    """The toolkit's optimised graph (ONNX protobuf) as `GraphNode`s and its output names."""
     import onnx  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
     try:
@@ -487,4 +510,4 @@ def _graph_nodes(graph_file: Path) -> tuple[list[GraphNode], str]:
             f"cannot read the toolkit's optimised graph {graph_file.name} ({exc})", "convert with --fp16"
         ) from None
     nodes = [GraphNode(n.op_type, tuple(n.input), tuple(n.output)) for n in graph.node]
-    return nodes, graph.output[0].name
+    return nodes, tuple(o.name for o in graph.output)
