@@ -31,7 +31,14 @@ from ._plan import (
     with_float_layers,
 )
 from ._rewrite import prepare_file
-from ._toolkit import StageRunner, ToolkitFactory, ToolkitLike, load_toolkit, toolkit_version
+from ._toolkit import (
+    StageRunner,
+    ToolkitFactory,
+    ToolkitLike,
+    ToolkitRuleError,
+    load_toolkit,
+    toolkit_version,
+)
 
 Progress = Callable[[str], None]
 
@@ -347,25 +354,57 @@ def convert(
             for note in prepared:
                 progress(f"prepared for rknn-toolkit2: {note}")
             tail: tuple[str, ...] = ()
-            if quantization == "int8-hybrid":
-                # Which tensors stay float16 is known only after the toolkit optimised the graph
-                # (it renames tensors), so a first pass writes that graph and the quantisation table.
+            hybrid = quantization == "int8-hybrid"
+            if hybrid and dataset is None:  # image_files refuses an empty folder; kept explicit for -O
+                raise UsageError(
+                    "int8 needs calibration images and none were decoded",
+                    "pass --quant-images DIR with 20-200 photos of the scenes the model sees",
+                )
+
+            def first_pass(disabled: Sequence[str]) -> ToolkitLike:
+                """Load and build (or, hybrid, quantise step 1) with the toolkit's rules ``disabled``."""
                 progress(f"[1/{steps}] loading {request.onnx.name} for {target} ({width}x{height})")
-                instance = _configured(factory, runner, request, source, target, packed, onnx, width, height)
-                progress(f"[2/{steps}] calibrating int8 on {len(frames)} images (a few minutes on a laptop)")
-                if dataset is None:  # image_files refuses an empty folder; kept explicit for -O
-                    raise UsageError(
-                        "int8 needs calibration images and none were decoded",
-                        "pass --quant-images DIR with 20-200 photos of the scenes the model sees",
-                    )
-                with _chdir(work):
-                    step1 = instance
-                    runner.run(
-                        "quantize",
-                        "quantise (hybrid step 1)",
-                        lambda: step1.hybrid_quantization_step1(dataset=str(dataset), proposal=False),
-                    )
-                step1.release()
+                loaded = _configured(
+                    factory, runner, request, source, target, packed, onnx, width, height, disabled
+                )
+                try:
+                    if hybrid:
+                        # Which tensors stay float16 is known only after the toolkit optimised the
+                        # graph (it renames tensors): this pass writes that graph and the quantisation table.
+                        progress(
+                            f"[2/{steps}] calibrating int8 on {len(frames)} images (minutes on a laptop)"
+                        )
+                        with _chdir(work):
+                            runner.run(
+                                "quantize",
+                                "quantise (hybrid step 1)",
+                                lambda: loaded.hybrid_quantization_step1(
+                                    dataset=str(dataset), proposal=False
+                                ),
+                            )
+                    else:
+                        progress(f"[2/{steps}] compiling ({choice})")
+                        runner.run(
+                            "build",
+                            "build the model",
+                            lambda: loaded.build(
+                                do_quantization=not request.fp16, dataset=str(dataset) if dataset else None
+                            ),
+                        )
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        loaded.release()
+                    raise
+                return loaded
+
+            instance, disabled = _with_rules_disabled(first_pass, progress)
+            notes = prepared + tuple(
+                f"rknn-toolkit2 optimiser rule {rule} disabled (it failed on this graph; the toolkit's own "
+                "advice: disable_rules in rknn.config())"
+                for rule in disabled
+            )
+            if hybrid:
+                instance.release()
                 instance = None
                 stem = request.onnx.stem
                 graph_file, data_file, config_file = (
@@ -386,18 +425,6 @@ def convert(
                         model_quantization_cfg=str(config_file),
                     ),
                 )
-            else:
-                progress(f"[1/{steps}] loading {request.onnx.name} for {target} ({width}x{height})")
-                instance = _configured(factory, runner, request, source, target, packed, onnx, width, height)
-                progress(f"[2/{steps}] compiling ({choice})")
-                built = instance
-                runner.run(
-                    "build",
-                    "build the model",
-                    lambda: built.build(
-                        do_quantization=not request.fp16, dataset=str(dataset) if dataset else None
-                    ),
-                )
             facts = ModelFacts.model_validate(facts_base)
             progress(f"[{steps - 1}/{steps}] writing {output}")
             exporter = instance
@@ -409,7 +436,7 @@ def convert(
                 os.replace(names_temp, names_file)
             os.replace(temp, output)
         progress(f"[{steps}/{steps}] done in {time.monotonic() - started:.0f} s: {output}")
-        log = dataclasses.replace(runner.summary(), notes=prepared)
+        log = dataclasses.replace(runner.summary(), notes=notes)
         result = Converted(
             output, facts, log, choice, time.monotonic() - started, tail, names_file=names_file
         )
@@ -436,6 +463,7 @@ def _configured(
     onnx: OnnxFacts,
     width: int,
     height: int,
+    disabled: Sequence[str] = (),
 ) -> ToolkitLike:
     """A toolkit instance set up for our letterbox (uint8 RGB in, (x - mean) / std), ``source`` (the
     ONNX or its prepared copy) loaded."""
@@ -449,6 +477,7 @@ def _configured(
             std_values=[list(request.std)],
             target_platform=target,
             custom_string=custom,
+            **({"disable_rules": list(disabled)} if disabled else {}),
         ),
     )
     if request.input_size is None and onnx.input_shape[2:] == (height, width):
@@ -460,6 +489,30 @@ def _configured(
         )
     runner.run("load", f"load {request.onnx.name}", load)
     return instance
+
+
+MAX_DISABLED_RULES = 3
+"""How many of the toolkit's optimiser rules `convert` disables, one per retry, before giving up."""
+
+
+def _with_rules_disabled(
+    attempt: Callable[[Sequence[str]], ToolkitLike], progress: Progress
+) -> tuple[ToolkitLike, tuple[str, ...]]:
+    """``attempt(disabled)``, retried with each optimiser rule the toolkit names as failing
+    disabled (its log: "You can add disable_rules=['RULE'] in rknn.config() to temporarily disable
+    the error rule!"; captcha-recognizer's YOLO11s-seg fails so in hybrid step 1 on
+    fuse_exmatmul_add_mul_exsoftmax13_exmatmul_to_sdpa and builds with it disabled)."""
+    disabled: list[str] = []
+    while True:
+        try:
+            return attempt(tuple(disabled)), tuple(disabled)
+        except ToolkitRuleError as exc:
+            if exc.rule in disabled or len(disabled) >= MAX_DISABLED_RULES:
+                raise
+            disabled.append(exc.rule)
+            progress(
+                f"rknn-toolkit2's optimiser rule {exc.rule} failed on this graph: retrying with it disabled"
+            )
 
 
 def _write_calibration(

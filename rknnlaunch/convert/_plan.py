@@ -236,6 +236,20 @@ def toolkit_frame(text: str) -> str | None:
     return frames[-1] if frames else None
 
 
+_DISABLE_RULE = re.compile(r"disable_rules=\[\s*'(?P<rule>\w+)'\s*\]")
+
+
+def disableable_rule(lines: Iterable[str]) -> str | None:
+    """The optimiser rule the toolkit's log suggests disabling after it failed, or None (2.5.0:
+    "W hybrid_quantization_step1: You can add disable_rules=['fuse_...'] in rknn.config() to
+    temporarily disable the error rule!")."""
+    for line in lines:
+        match = _DISABLE_RULE.search(line)
+        if match:
+            return match.group("rule")
+    return None
+
+
 def fix_for(summary: LogSummary, stage: str, frame: str | None = None) -> str:
     """The fix for a failed toolkit stage, from what it logged (``frame``: the optimiser function
     that raised, from `toolkit_frame`)."""

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from .._errors import ModelError, UsageError
 from ..runtime._rknnlite import capture_runtime_log
-from ._plan import LogSummary, fix_for, summarise_log, toolkit_frame
+from ._plan import LogSummary, disableable_rule, fix_for, summarise_log, toolkit_frame
 
 INSTALL = "bash scripts/install-toolkit2.sh (in a venv of its own; see the script's header)"
 
@@ -74,6 +74,17 @@ def toolkit_version() -> str | None:
         return None
 
 
+class ToolkitRuleError(ModelError):
+    """A toolkit stage failed in one of its optimiser rules, which its log says can be disabled."""
+
+    def __init__(self, problem: str, fix: str | None, rule: str) -> None:
+        super().__init__(problem, fix)
+        self.rule = rule
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.problem, self.fix, self.rule))
+
+
 class StageRunner:
     """Runs toolkit calls with fd 1/2 captured; keeps every line for the final summary."""
 
@@ -103,11 +114,13 @@ class StageRunner:
         if failure is not None:
             summary = summarise_log(log.lines)
             shown = summary.errors[-5:] or (failure,)
-            raise ModelError(
-                f"rknn-toolkit2 failed to {what} ({failure})\n  toolkit said:\n"
-                + "\n".join(f"    {line}" for line in shown),
-                fix_for(summary, stage, frame),
+            problem = f"rknn-toolkit2 failed to {what} ({failure})\n  toolkit said:\n" + "\n".join(
+                f"    {line}" for line in shown
             )
+            rule = disableable_rule(log.lines)
+            if rule is not None:
+                raise ToolkitRuleError(problem, fix_for(summary, stage, frame), rule)
+            raise ModelError(problem, fix_for(summary, stage, frame))
         return result
 
     def summary(self) -> LogSummary:

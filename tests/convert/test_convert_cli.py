@@ -35,10 +35,12 @@ def onnx(tmp_path: Path) -> Path:
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[FakeToolkit]]:
     FakeToolkit.fail_at = None
+    FakeToolkit.failing_rule = None
     FakeToolkit.instances.clear()
     monkeypatch.setattr(_convert, "load_toolkit", lambda: FakeToolkit)
     yield FakeToolkit
     FakeToolkit.fail_at = None
+    FakeToolkit.failing_rule = None
 
 
 @pytest.fixture
@@ -415,3 +417,41 @@ def test_a_graph_the_toolkit_still_cannot_build_names_the_optimiser_rule(
     err = capsys.readouterr().err
     assert "IndexError: list index out of range in its graph optimiser" in err
     assert "rknn.api.rules.conv._p_seperate_conv_rs_split" in err and "fix:" in err and "Traceback" not in err
+
+
+SDPA_RULE = "fuse_exmatmul_add_mul_exsoftmax13_exmatmul_to_sdpa"
+
+
+def test_an_optimiser_rule_the_toolkit_names_is_disabled_and_the_build_retried(
+    fake: type[FakeToolkit], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """captcha-recognizer's YOLO11s-seg: the toolkit's log names the failing rule and advises
+    disable_rules; convert retries with it disabled and says so."""
+    from tiny_onnx import write_yolov8_onnx
+
+    fake.failing_rule = SDPA_RULE
+    source = write_yolov8_onnx(tmp_path / "seg.onnx", ("a", "b"))
+    assert main(["convert", str(source), "--target", "rk3588", "--fp16", "-o", str(tmp_path / "s.rknn")]) == 0
+    captured = capsys.readouterr()
+    assert f"rule {SDPA_RULE} failed on this graph: retrying with it disabled" in captured.err
+    assert f"optimiser rule {SDPA_RULE} disabled" in captured.out
+    assert [i.settings.get("disable_rules") for i in fake.instances] == [None, [SDPA_RULE]]
+
+
+def test_a_rule_failing_again_when_disabled_is_an_error_naming_it(
+    fake: type[FakeToolkit],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tiny_onnx import write_yolov8_onnx
+
+    fake.failing_rule = SDPA_RULE
+    monkeypatch.setattr(
+        FakeToolkit, "config", lambda self, **kw: setattr(self, "settings", {**kw, "disable_rules": []})
+    )
+    source = write_yolov8_onnx(tmp_path / "seg.onnx", ("a", "b"))
+    assert main(["convert", str(source), "--target", "rk3588", "--fp16", "-o", str(tmp_path / "s.rknn")]) == 1
+    err = capsys.readouterr().err
+    assert f"rknn.api.rules.matmul._p_{SDPA_RULE}" in err and "fix:" in err and "Traceback" not in err
+    assert len(fake.instances) == 2  # one retry, not a loop

@@ -20,6 +20,8 @@ class FakeToolkit:
     fail_at: str | None = None
     """Stage that fails: 'load', 'build', 'export-partial' (writes half a file, then raises)."""
     instances: list[FakeToolkit] = []  # noqa: RUF012
+    failing_rule: str | None = None
+    """An optimiser rule that fails the build unless config(disable_rules=[...]) names it."""
 
     def __init__(self) -> None:
         print("I rknn-toolkit2 version: 2.5.0")
@@ -75,6 +77,24 @@ class FakeToolkit:
                 '  File "rknn/api/rules/conv.py", line 4860, in '
                 "rknn.api.rules.conv._p_seperate_conv_rs_split\n"
                 "IndexError: list index out of range"
+            )
+        rule = self.failing_rule
+        if rule is not None and rule not in self.settings.get("disable_rules", []):
+            # rknn-toolkit2 2.5.0 on captcha-recognizer 1.0.2's YOLO11s-seg (hybrid step 1, every
+            # optimization_level): these log lines (rule and advice verbatim), then a ValueError whose
+            # text is the traceback; with disable_rules=[that rule] in config() it builds.
+            print("\x1b[1;33mW\x1b[0m build: Show op fuse match nodes:")
+            print(f"Rule: {rule}")
+            print(
+                f"\x1b[1;33mW\x1b[0m You can add disable_rules=['{rule}'] in rknn.config() to temporarily "
+                "disable the error rule!"
+            )
+            print("\x1b[1;31mE\x1b[0m \x1b[1;31mbuild: Traceback (most recent call last):\x1b[0m")
+            raise ValueError(
+                "Traceback (most recent call last):\n"
+                '  File "rknn/api/rules/matmul.py", line 1, in '
+                f"rknn.api.rules.matmul._p_{rule}\n"
+                "TypeError: only 0-dimensional arrays can be converted to Python scalars"
             )
         if do_quantization and not (dataset and Path(dataset).is_file()):
             print("E build: The dataset file is not exist!")
