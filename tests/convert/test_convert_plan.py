@@ -181,3 +181,31 @@ def test_a_plain_int8_seg_table_is_warned_about() -> None:
     [(problem, fix)] = parse_rknn(rknn_bytes(outputs=outputs, block=block)).warnings()
     assert "output0 [1x38x8400] is int8" in problem and "Ultralytics [1, 4+nc(+extra), N] table" in problem
     assert "rknnlaunch convert" in fix
+
+
+def _failed_report(model: str, warnings: list[str]) -> object:
+    from rknnlaunch.validate._compare import Totals
+    from rknnlaunch.validate._run import ValidateReport
+
+    total = Totals(6, 7, 0, 0, 0.0, None, None, None, {}, (0.99, 0.9), (0.99, 0.9))
+    return ValidateReport(
+        model, "m.onnx", "npu", {}, [], total, ["output0", "output1"], ["s"], None, None, "bgr", {}, warnings
+    )
+
+
+def test_validate_names_a_plain_int8_table_head_as_the_likely_cause() -> None:
+    """What the corpus' YOLO11s-seg said when built plain int8 (agreement 0.000): "quantisation error".
+    The model's own header explains it first."""
+    import io
+
+    from rknnlaunch.validate._run import print_report
+
+    warning = "output output0 [1x38x8400] is int8: in an Ultralytics [1, 4+nc(+extra), N] table ..."
+    out = io.StringIO()
+    print_report(_failed_report("seg.rknn", [warning]), out)  # type: ignore[arg-type]
+    text = out.getvalue()
+    assert "FAIL" in text and "likely cause: a plain-int8 Ultralytics table head" in text
+    assert "--quant-images" in text and text.count("likely cause:") == 1
+    out = io.StringIO()
+    print_report(_failed_report("other.rknn", []), out)  # type: ignore[arg-type]
+    assert "likely cause: the colour order is swapped" in out.getvalue()  # the input hypothesis, as before
