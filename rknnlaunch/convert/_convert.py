@@ -4,6 +4,7 @@ write the .rknn atomically (temp file + rename: a failure never leaves a half-wr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import tempfile
@@ -29,7 +30,15 @@ from ._plan import (
     input_size,
     with_float_layers,
 )
-from ._toolkit import StageRunner, ToolkitFactory, ToolkitLike, load_toolkit, toolkit_version
+from ._rewrite import prepare_file
+from ._toolkit import (
+    StageRunner,
+    ToolkitFactory,
+    ToolkitLike,
+    ToolkitRuleError,
+    load_toolkit,
+    toolkit_version,
+)
 
 Progress = Callable[[str], None]
 
@@ -172,16 +181,26 @@ def _class_names(metadata: dict[str, str], output_shapes: Sequence[tuple[int, ..
     return list(COCO_NAMES) if count == len(COCO_NAMES) else [f"class{i}" for i in range(count)]
 
 
-def quantization_choice(outputs: int, layout: str, fp16: bool) -> tuple[str, str]:
-    """How `convert` builds a model with this many outputs: (quantization, why), as printed."""
+def quantization_choice(layout: str, fp16: bool) -> tuple[str, str]:
+    """How `convert` builds a model of this decoder layout: (quantization, why), as printed.
+
+    Every Ultralytics head (``ultralytics``, ``-seg``, ``-pose``, ``-obb``) ends in one
+    ``[1, 4+nc(+extra), N]`` table whatever else it outputs (seg adds its protos), so each gets the
+    hybrid build: counting outputs sent seg to plain int8, and its table found nothing (issue 19).
+    """
     if fp16:
         return "fp16", "float16 throughout (--fp16)"
-    if outputs == 1:
+    if is_table_layout(layout):
         return "int8-hybrid", (
-            "int8 with the head's tail in float16 (hybrid quantisation): a single [1, 4+nc, N] output in "
+            f"int8 with the head's tail in float16 (hybrid quantisation): {layout}'s [1, 4+nc, N] table in "
             "int8 would give boxes and scores one scale and every score would round to 0"
         )
     return "int8", f"int8 ({layout}: boxes and scores are separate outputs)"
+
+
+def is_table_layout(layout: str) -> bool:
+    """Whether the layout's boxes and scores share one ``[1, C, N]`` table (Ultralytics' exports)."""
+    return layout == "ultralytics" or layout.startswith("ultralytics-")
 
 
 def output_layout(onnx: OnnxFacts, width: int, height: int) -> str:
@@ -205,7 +224,7 @@ class ConvertPreview:
     input_size: tuple[int, int] | None = None
     layout: str | None = None
     quantization: str | None = None
-    """Without --fp16: ``int8-hybrid`` (one output) or ``int8`` (split heads)."""
+    """Without --fp16: ``int8-hybrid`` (an Ultralytics [1, C, N] table) or ``int8`` (split heads)."""
     why: str | None = None
     names_form: str | None = None
     """Where the class names would go: ``list``, ``z85`` or ``file`` (docs/convert.md#class-names)."""
@@ -228,7 +247,7 @@ def preview_convert(path: Path, target: str = "rk3588") -> ConvertPreview:
         layout = output_layout(onnx, width, height)
     except RknnLaunchError as exc:
         return ConvertPreview(command, (width, height), problem=exc.problem, fix=exc.fix)
-    quantization, why = quantization_choice(len(onnx.output_names), layout, fp16=False)
+    quantization, why = quantization_choice(layout, fp16=False)
     facts = ModelFacts.model_validate(
         {
             "class_names": list(onnx.class_names),
@@ -292,7 +311,7 @@ def convert(
     frames = decode_all(calibration, "--quant-images") if calibration else []
     factory = toolkit or load_toolkit()
 
-    quantization, choice = quantization_choice(len(onnx.output_names), layout, request.fp16)
+    quantization, choice = quantization_choice(layout, request.fp16)
     facts_base: dict[str, Any] = {
         "class_names": list(onnx.class_names),
         "input_size": (width, height),
@@ -330,33 +349,69 @@ def convert(
         with tempfile.TemporaryDirectory(prefix="rknnlaunch-convert-") as work_dir:
             work = Path(work_dir)
             dataset = _write_calibration(frames, work, width, height, request.pad_value) if frames else None
+            # what the toolkit loads: the ONNX itself, or a rewritten copy (opset, head) under its name
+            source, prepared = prepare_file(request.onnx, work / "prepared")
+            for note in prepared:
+                progress(f"prepared for rknn-toolkit2: {note}")
             tail: tuple[str, ...] = ()
-            if quantization == "int8-hybrid":
-                # Which tensors stay float16 is known only after the toolkit optimised the graph
-                # (it renames tensors), so a first pass writes that graph and the quantisation table.
+            hybrid = quantization == "int8-hybrid"
+            if hybrid and dataset is None:  # image_files refuses an empty folder; kept explicit for -O
+                raise UsageError(
+                    "int8 needs calibration images and none were decoded",
+                    "pass --quant-images DIR with 20-200 photos of the scenes the model sees",
+                )
+
+            def first_pass(disabled: Sequence[str]) -> ToolkitLike:
+                """Load and build (or, hybrid, quantise step 1) with the toolkit's rules ``disabled``."""
                 progress(f"[1/{steps}] loading {request.onnx.name} for {target} ({width}x{height})")
-                instance = _configured(factory, runner, request, target, packed, onnx, width, height)
-                progress(f"[2/{steps}] calibrating int8 on {len(frames)} images (a few minutes on a laptop)")
-                if dataset is None:  # image_files refuses an empty folder; kept explicit for -O
-                    raise UsageError(
-                        "int8 needs calibration images and none were decoded",
-                        "pass --quant-images DIR with 20-200 photos of the scenes the model sees",
-                    )
-                with _chdir(work):
-                    step1 = instance
-                    runner.run(
-                        "quantize",
-                        "quantise (hybrid step 1)",
-                        lambda: step1.hybrid_quantization_step1(dataset=str(dataset), proposal=False),
-                    )
-                step1.release()
+                loaded = _configured(
+                    factory, runner, request, source, target, packed, onnx, width, height, disabled
+                )
+                try:
+                    if hybrid:
+                        # Which tensors stay float16 is known only after the toolkit optimised the
+                        # graph (it renames tensors): this pass writes that graph and the quantisation table.
+                        progress(
+                            f"[2/{steps}] calibrating int8 on {len(frames)} images (minutes on a laptop)"
+                        )
+                        with _chdir(work):
+                            runner.run(
+                                "quantize",
+                                "quantise (hybrid step 1)",
+                                lambda: loaded.hybrid_quantization_step1(
+                                    dataset=str(dataset), proposal=False
+                                ),
+                            )
+                    else:
+                        progress(f"[2/{steps}] compiling ({choice})")
+                        runner.run(
+                            "build",
+                            "build the model",
+                            lambda: loaded.build(
+                                do_quantization=not request.fp16, dataset=str(dataset) if dataset else None
+                            ),
+                        )
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        loaded.release()
+                    raise
+                return loaded
+
+            instance, disabled = _with_rules_disabled(first_pass, progress)
+            notes = prepared + tuple(
+                f"rknn-toolkit2 optimiser rule {rule} disabled (it failed on this graph; the toolkit's own "
+                "advice: disable_rules in rknn.config())"
+                for rule in disabled
+            )
+            if hybrid:
+                instance.release()
                 instance = None
                 stem = request.onnx.stem
                 graph_file, data_file, config_file = (
                     work / f"{stem}.{ext}" for ext in ("model", "data", "quantization.cfg")
                 )
-                nodes, final = _graph_nodes(graph_file)
-                tail = float_tail(nodes, final)
+                nodes, finals = _graph_nodes(graph_file)
+                tail = _table_tail(nodes, finals)
                 config_file.write_text(with_float_layers(config_file.read_text(), tail))
                 progress(f"[3/{steps}] compiling with {len(tail)} head tensors in float16")
                 instance = runner.run("build", "start rknn-toolkit2", factory)
@@ -370,18 +425,6 @@ def convert(
                         model_quantization_cfg=str(config_file),
                     ),
                 )
-            else:
-                progress(f"[1/{steps}] loading {request.onnx.name} for {target} ({width}x{height})")
-                instance = _configured(factory, runner, request, target, packed, onnx, width, height)
-                progress(f"[2/{steps}] compiling ({choice})")
-                built = instance
-                runner.run(
-                    "build",
-                    "build the model",
-                    lambda: built.build(
-                        do_quantization=not request.fp16, dataset=str(dataset) if dataset else None
-                    ),
-                )
             facts = ModelFacts.model_validate(facts_base)
             progress(f"[{steps - 1}/{steps}] writing {output}")
             exporter = instance
@@ -393,8 +436,9 @@ def convert(
                 os.replace(names_temp, names_file)
             os.replace(temp, output)
         progress(f"[{steps}/{steps}] done in {time.monotonic() - started:.0f} s: {output}")
+        log = dataclasses.replace(runner.summary(), notes=notes)
         result = Converted(
-            output, facts, runner.summary(), choice, time.monotonic() - started, tail, names_file=names_file
+            output, facts, log, choice, time.monotonic() - started, tail, names_file=names_file
         )
         if keep_simulator:
             result.toolkit, instance = instance, None
@@ -413,13 +457,16 @@ def _configured(
     factory: ToolkitFactory,
     runner: StageRunner,
     request: ConvertRequest,
+    source: Path,
     target: str,
     packed: PackedFacts,
     onnx: OnnxFacts,
     width: int,
     height: int,
+    disabled: Sequence[str] = (),
 ) -> ToolkitLike:
-    """A toolkit instance set up for our letterbox (uint8 RGB in, (x - mean) / std), the ONNX loaded."""
+    """A toolkit instance set up for our letterbox (uint8 RGB in, (x - mean) / std), ``source`` (the
+    ONNX or its prepared copy) loaded."""
     instance: ToolkitLike = runner.run("load", "start rknn-toolkit2", factory)
     custom = packed.custom_string
     runner.run(
@@ -430,17 +477,42 @@ def _configured(
             std_values=[list(request.std)],
             target_platform=target,
             custom_string=custom,
+            **({"disable_rules": list(disabled)} if disabled else {}),
         ),
     )
     if request.input_size is None and onnx.input_shape[2:] == (height, width):
-        load = lambda: instance.load_onnx(model=str(request.onnx))  # noqa: E731
+        load = lambda: instance.load_onnx(model=str(source))  # noqa: E731
     else:  # a dynamic (or overridden) input size is fixed here
         sizes = [[1, 3, height, width]]
         load = lambda: instance.load_onnx(  # noqa: E731
-            model=str(request.onnx), inputs=[onnx.input_name], input_size_list=sizes
+            model=str(source), inputs=[onnx.input_name], input_size_list=sizes
         )
     runner.run("load", f"load {request.onnx.name}", load)
     return instance
+
+
+MAX_DISABLED_RULES = 3
+"""How many of the toolkit's optimiser rules `convert` disables, one per retry, before giving up."""
+
+
+def _with_rules_disabled(
+    attempt: Callable[[Sequence[str]], ToolkitLike], progress: Progress
+) -> tuple[ToolkitLike, tuple[str, ...]]:
+    """``attempt(disabled)``, retried with each optimiser rule the toolkit names as failing
+    disabled (its log: "You can add disable_rules=['RULE'] in rknn.config() to temporarily disable
+    the error rule!"; captcha-recognizer's YOLO11s-seg fails so in hybrid step 1 on
+    fuse_exmatmul_add_mul_exsoftmax13_exmatmul_to_sdpa and builds with it disabled)."""
+    disabled: list[str] = []
+    while True:
+        try:
+            return attempt(tuple(disabled)), tuple(disabled)
+        except ToolkitRuleError as exc:
+            if exc.rule in disabled or len(disabled) >= MAX_DISABLED_RULES:
+                raise
+            disabled.append(exc.rule)
+            progress(
+                f"rknn-toolkit2's optimiser rule {exc.rule} failed on this graph: retrying with it disabled"
+            )
 
 
 def _write_calibration(
@@ -466,8 +538,21 @@ def _write_calibration(
     return dataset
 
 
-def _graph_nodes(graph_file: Path) -> tuple[list[GraphNode], str]:
-    """The toolkit's optimised graph (ONNX protobuf) as `GraphNode`s and its single output name."""
+def _table_tail(nodes: Sequence[GraphNode], outputs: Sequence[str]) -> tuple[str, ...]:
+    """`float_tail` of the first output that is the head's table (a seg head's protos are not)."""
+    failure: ModelError | None = None
+    for output in outputs:
+        try:
+            return float_tail(nodes, output)
+        except ModelError as exc:
+            failure = failure or exc
+    if failure is None:
+        raise ModelError("the toolkit's optimised graph has no outputs", "convert with --fp16")
+    raise failure
+
+
+def _graph_nodes(graph_file: Path) -> tuple[list[GraphNode], tuple[str, ...]]:
+    """The toolkit's optimised graph (ONNX protobuf) as `GraphNode`s and its output names."""
     import onnx  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
     try:
@@ -477,4 +562,4 @@ def _graph_nodes(graph_file: Path) -> tuple[list[GraphNode], str]:
             f"cannot read the toolkit's optimised graph {graph_file.name} ({exc})", "convert with --fp16"
         ) from None
     nodes = [GraphNode(n.op_type, tuple(n.input), tuple(n.output)) for n in graph.node]
-    return nodes, graph.output[0].name
+    return nodes, tuple(o.name for o in graph.output)

@@ -178,9 +178,10 @@ class LogSummary:
     warnings: tuple[str, ...] = ()
     regtask_lines: int = 0
     notes: tuple[str, ...] = field(default=())
+    """What `convert` changed in the ONNX before the toolkit loaded it (opset, head rewrite)."""
 
     def describe(self) -> list[str]:
-        out = []
+        out = [f"prepared for rknn-toolkit2: {note}" for note in self.notes]
         if self.regtask_lines:
             out.append(
                 f"{self.regtask_lines} x 'E RKNN: {_REGTASK}' from the compiler: a known message for "
@@ -211,6 +212,7 @@ def summarise_log(lines: Iterable[str]) -> LogSummary:
                 if (
                     text
                     and not text.startswith(("rknn-toolkit2 version", "Traceback"))
+                    and not text.endswith("Traceback (most recent call last):")  # "E build: Traceback"
                     and text not in errors
                 ):
                     errors.append(text)
@@ -223,8 +225,40 @@ def summarise_log(lines: Iterable[str]) -> LogSummary:
     return LogSummary(tuple(errors[:20]), tuple(warnings[:20]), regtask)
 
 
-def fix_for(summary: LogSummary, stage: str) -> str:
-    """The fix for a failed toolkit stage, from what it logged."""
+_TOOLKIT_FRAME = re.compile(r"in (rknn\.api\.(?:rules\.\w+|graph_optimizer\.\w+)\.\w+)")
+
+
+def toolkit_frame(text: str) -> str | None:
+    """The innermost rknn-toolkit2 graph-optimiser function a traceback text names (the toolkit's
+    ValueError carries its traceback: ``File "rknn/api/rules/conv.py", line 4860, in
+    rknn.api.rules.conv._p_seperate_conv_rs_split``), or None."""
+    frames = _TOOLKIT_FRAME.findall(text)
+    return frames[-1] if frames else None
+
+
+_DISABLE_RULE = re.compile(r"disable_rules=\[\s*'(?P<rule>\w+)'\s*\]")
+
+
+def disableable_rule(lines: Iterable[str]) -> str | None:
+    """The optimiser rule the toolkit's log suggests disabling after it failed, or None (2.5.0:
+    "W hybrid_quantization_step1: You can add disable_rules=['fuse_...'] in rknn.config() to
+    temporarily disable the error rule!")."""
+    for line in lines:
+        match = _DISABLE_RULE.search(line)
+        if match:
+            return match.group("rule")
+    return None
+
+
+def fix_for(summary: LogSummary, stage: str, frame: str | None = None) -> str:
+    """The fix for a failed toolkit stage, from what it logged (``frame``: the optimiser function
+    that raised, from `toolkit_frame`)."""
+    if frame is not None:
+        return (
+            f"rknn-toolkit2's graph optimiser fails on a pattern in this graph ({frame}); re-export the "
+            "ONNX with opset 12-19 and simplify=True (ultralytics: model.export(format='onnx', opset=12, "
+            "simplify=True)) and, if it persists, report the model to rknn-toolkit2 with that name"
+        )
     text = " ".join(summary.errors).lower()
     if "dataset" in text or ("quantiz" in text and "image" in text):
         return (

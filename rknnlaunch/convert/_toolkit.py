@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from .._errors import ModelError, UsageError
 from ..runtime import capture_runtime_log
-from ._plan import LogSummary, fix_for, summarise_log
+from ._plan import LogSummary, disableable_rule, fix_for, summarise_log, toolkit_frame
 
 INSTALL = "bash scripts/install-toolkit2.sh (in a venv of its own; see the script's header)"
 
@@ -74,6 +74,17 @@ def toolkit_version() -> str | None:
         return None
 
 
+class ToolkitRuleError(ModelError):
+    """A toolkit stage failed in one of its optimiser rules, which its log says can be disabled."""
+
+    def __init__(self, problem: str, fix: str | None, rule: str) -> None:
+        super().__init__(problem, fix)
+        self.rule = rule
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.problem, self.fix, self.rule))
+
+
 class StageRunner:
     """Runs toolkit calls with fd 1/2 captured; keeps every line for the final summary."""
 
@@ -84,6 +95,7 @@ class StageRunner:
     def run(self, stage: str, what: str, call: Callable[[], Any]) -> Any:
         """``call()``; a -1 return or an exception becomes `ModelError` with the toolkit's errors."""
         failure: str | None = None
+        frame: str | None = None
         result: Any = None
         with capture_runtime_log(echo=self.verbose) as log:
             try:
@@ -92,17 +104,23 @@ class StageRunner:
                 failure = (
                     f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
                 )
+                frame = toolkit_frame(str(exc))
+                if frame is not None:
+                    failure += f" in its graph optimiser, {frame}"
+
         self.lines.extend(log.lines)
         if failure is None and isinstance(result, int) and result != 0:
             failure = f"returned {result}"
         if failure is not None:
             summary = summarise_log(log.lines)
             shown = summary.errors[-5:] or (failure,)
-            raise ModelError(
-                f"rknn-toolkit2 failed to {what} ({failure})\n  toolkit said:\n"
-                + "\n".join(f"    {line}" for line in shown),
-                fix_for(summary, stage),
+            problem = f"rknn-toolkit2 failed to {what} ({failure})\n  toolkit said:\n" + "\n".join(
+                f"    {line}" for line in shown
             )
+            rule = disableable_rule(log.lines)
+            if rule is not None:
+                raise ToolkitRuleError(problem, fix_for(summary, stage, frame), rule)
+            raise ModelError(problem, fix_for(summary, stage, frame))
         return result
 
     def summary(self) -> LogSummary:

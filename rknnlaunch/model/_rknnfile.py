@@ -92,16 +92,17 @@ class RknnModelInfo:
     def warnings(self) -> list[tuple[str, str]]:
         """(problem, fix) for models that load but cannot work as intended."""
         found = []
-        if len(self.outputs) == 1 and self.outputs[0].dtype in ("int8", "uint8"):
-            output = self.outputs[0]
+        # Every output, not only a lone one: Ultralytics seg heads add their protos beside the
+        # [1, 4+nc+32, N] table (captcha-recognizer's YOLO11s-seg in plain int8 found nothing).
+        for output in self.outputs:
             shape = output.shape
-            if len(shape) == 3 and 5 <= shape[1] < shape[2]:
+            if output.dtype in ("int8", "uint8") and len(shape) == 3 and 5 <= shape[1] < shape[2]:
                 found.append(
                     (
-                        f"output {output.name} [{'x'.join(map(str, shape))}] is {output.dtype}: "
-                        "in a single [1, 4+nc, N] YOLO output the class scores (0-1) share one int8 scale "
-                        "with the box coordinates (0-640 px), so every score rounds to 0 and the model "
-                        "detects nothing",
+                        f"output {output.name} [{'x'.join(map(str, shape))}] is {output.dtype}: in an "
+                        "Ultralytics [1, 4+nc(+extra), N] table (detect, seg, pose, obb) the class scores "
+                        "(0-1) share one int8 scale with the box coordinates (0-640 px), so every score "
+                        "rounds to 0 and the model detects nothing",
                         "rebuild it with `rknnlaunch convert MODEL.onnx --target SOC --quant-images DIR` "
                         "(keeps the head's tail in float16) or with --fp16",
                     )

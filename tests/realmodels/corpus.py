@@ -61,11 +61,6 @@ CORPUS: tuple[CorpusModel, ...] = (
         "75cc3648650bdab6baac92fcff3627148405a9a15aca86ca7117b6d1ab478726",
         "MIT",
         "onnx",
-        unbuildable=(
-            "rknn-toolkit2 2.5.0 loads opset <= 19 and this export is opset 22; down-converted to 19 "
-            "(onnx.version_converter) its build fails in the toolkit's own graph optimiser "
-            "(fuse_ops, rules/conv.py _p_seperate_conv_rs_split: IndexError), fp16 and int8 alike"
-        ),
     ),
     CorpusModel(
         "captcha-yolo11s-seg",

