@@ -18,8 +18,11 @@ from rknpu_serverkit import (
     LogLevel,
     UsageParser,
     add_setting_flags,
+    check_device_paths,
+    check_host_file,
     check_soc_name,
     settings_from_flags,
+    split_device_list,
 )
 
 from ._env import ENV_PREFIX
@@ -126,26 +129,17 @@ class PluginSettings(BaseSettings):
     @field_validator("extra_device", mode="before")
     @classmethod
     def _split_extra_devices(cls, value: object) -> object:
-        if isinstance(value, str):
-            return tuple(part.strip() for part in value.split(",") if part.strip())
-        return value
+        return split_device_list(value)
 
     @field_validator("extra_device")
     @classmethod
     def _check_extra_devices(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for path in value:
-            if not path.startswith("/dev/") or "/../" in path + "/" or path.endswith("/"):
-                raise ValueError(f"{path!r} is not a device node path under /dev (e.g. /dev/rga)")
-        return tuple(dict.fromkeys(value))
+        return check_device_paths(value)
 
     @field_validator("host_librknnrt")
     @classmethod
     def _check_host_librknnrt(cls, value: str | None) -> str | None:
-        if value is not None and (not value.startswith("/") or "/../" in value + "/" or value.endswith("/")):
-            raise ValueError(
-                f"{value!r} must be the absolute host path of a file, e.g. /usr/lib/librknnrt.so"
-            )
-        return value
+        return check_host_file(value)
 
     @field_validator("probe_model")
     @classmethod

@@ -44,9 +44,12 @@ from ._flags import (
     LOG_LEVELS,
     LogFormat,
     add_setting_flags,
+    check_device_paths,
+    check_host_file,
     check_soc_name,
     settings_error,
     settings_from_flags,
+    split_device_list,
 )
 from ._group import ActorGroup, closing_actor
 from ._logging import MAX_LOG_LINE_CHARS, JsonFormatter, TextFormatter, setup_logging
@@ -80,6 +83,8 @@ __all__ = [
     "TextFormatter",
     "UsageParser",
     "add_setting_flags",
+    "check_device_paths",
+    "check_host_file",
     "check_soc_name",
     "closing_actor",
     "describe_os_error",
@@ -87,6 +92,7 @@ __all__ = [
     "run_main",
     "settings_error",
     "settings_from_flags",
+    "split_device_list",
     "setup_logging",
     "stop_on_signals",
 ]

@@ -51,6 +51,28 @@ def check_soc_name(value: str | None) -> str | None:
     return value
 
 
+def split_device_list(value: object) -> object:
+    """An ``--extra-device`` validator (before): a comma-separated string becomes a tuple of paths."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+def check_device_paths(value: tuple[str, ...]) -> tuple[str, ...]:
+    """An ``--extra-device`` validator: device node paths under /dev, each once, in order."""
+    for path in value:
+        if not path.startswith("/dev/") or "/../" in path + "/" or path.endswith("/"):
+            raise ValueError(f"{path!r} is not a device node path under /dev (e.g. /dev/rga)")
+    return tuple(dict.fromkeys(value))
+
+
+def check_host_file(value: str | None) -> str | None:
+    """A ``--host-librknnrt`` validator: the absolute host path of a file (None: not given)."""
+    if value is not None and (not value.startswith("/") or "/../" in value + "/" or value.endswith("/")):
+        raise ValueError(f"{value!r} must be the absolute host path of a file, e.g. /usr/lib/librknnrt.so")
+    return value
+
+
 _M = TypeVar("_M", bound="BaseModel")
 
 
