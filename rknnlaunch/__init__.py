@@ -8,8 +8,7 @@ packages' public names only (this package's errors and `run_main`, `rknnlaunch.n
 the contracts in pyproject.toml (`lint-imports`) hold them to that.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._errors import (
     BackendUnavailableError,
@@ -26,6 +25,7 @@ from ._errors import (
     UsageError,
     WorkerDiedError,
 )
+from ._lazy import lazy_attributes
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -54,12 +54,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [
@@ -89,6 +84,7 @@ __all__ = [
     "exit_code_for",
     "load_settings",
     "open",
+    "lazy_attributes",
     "run_main",
     "__version__",
 ]

@@ -3,8 +3,9 @@
 The DRA driver (`rknpu_dra_driver`) shares these with the device plugin: one implementation.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rknnlaunch import lazy_attributes
 
 if TYPE_CHECKING:
     from ._discovery import discover_on_node
@@ -55,12 +56,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [

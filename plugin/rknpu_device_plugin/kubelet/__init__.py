@@ -1,7 +1,8 @@
 """The kubelet-facing side: our gRPC service, serving, registration, restart supervisor."""
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rknnlaunch import lazy_attributes
 
 if TYPE_CHECKING:
     from ._lifecycle import Endpoint, Supervisor
@@ -16,12 +17,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [
