@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from rknnlaunch import UsageError, __version__
 from rknnlaunch.npu import HostRoot, soc_by_name
-from rknpu_serverkit import ActorGroup, closing_actor, end_server_process, run_main
+from rknpu_serverkit import ActorGroup, closing_actor, server_main
 
 from ._events import NullEvents, PluginEvents, TeeEvents
 from ._files import write_atomic
@@ -31,25 +30,17 @@ _log = get_logger()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the plugin until SIGTERM/SIGINT; exit codes as in `rknnlaunch.run_main` (0 on a clean
-    stop, 1 on failure, 2 on bad settings). Run as the program (``argv`` None), the process ends
-    here, without interpreter teardown (`end_server_process`)."""
-    if argv is not None:
-        return run_main(PROG, lambda: _main(argv), LOGGER_NAME)
-    end_server_process(run_main(PROG, lambda: _main(sys.argv[1:]), LOGGER_NAME))
-
-
-def _main(argv: Sequence[str]) -> int:
-    args = build_parser().parse_args(list(argv))
-    if getattr(args, "version", False):
-        print(f"{PROG} {__version__}")
-        return 0
-    settings = settings_from(args)
-    stop_logging = setup_logging(settings.log_format, settings.log_level)
-    try:
-        return run(settings)
-    finally:
-        stop_logging()
+    """Run the plugin until SIGTERM/SIGINT (`rknpu_serverkit.server_main`: exit codes, and the
+    process ends there when run as the program)."""
+    return server_main(
+        argv,
+        prog=PROG,
+        logger_name=LOGGER_NAME,
+        build_parser=build_parser,
+        settings_from=settings_from,
+        setup_logging=setup_logging,
+        run=run,
+    )
 
 
 def run(settings: PluginSettings) -> int:

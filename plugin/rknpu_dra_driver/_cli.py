@@ -4,13 +4,12 @@ exit codes (as the device plugin's: 0 clean stop, 1 failure, 2 bad settings)."""
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from collections.abc import Callable, Sequence
 
 from rknnlaunch import __version__
 from rknnlaunch.npu import HostRoot, soc_by_name
-from rknpu_serverkit import ActorGroup, closing_actor, end_server_process, run_main
+from rknpu_serverkit import ActorGroup, closing_actor, server_main
 
 from ._log import LOGGER_NAME, get_logger, setup_logging
 from ._settings import PROG, DraSettings, build_parser, settings_from
@@ -21,22 +20,17 @@ _log = get_logger()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if argv is not None:
-        return run_main(PROG, lambda: _main(argv), LOGGER_NAME)
-    end_server_process(run_main(PROG, lambda: _main(sys.argv[1:]), LOGGER_NAME))
-
-
-def _main(argv: Sequence[str]) -> int:
-    args = build_parser().parse_args(list(argv))
-    if getattr(args, "version", False):
-        print(f"{PROG} {__version__}")
-        return 0
-    settings = settings_from(args)
-    stop_logging = setup_logging(settings.log_format, settings.log_level)
-    try:
-        return run(settings)
-    finally:
-        stop_logging()
+    """Run the driver until SIGTERM/SIGINT (`rknpu_serverkit.server_main`: exit codes, and the
+    process ends there when run as the program)."""
+    return server_main(
+        argv,
+        prog=PROG,
+        logger_name=LOGGER_NAME,
+        build_parser=build_parser,
+        settings_from=settings_from,
+        setup_logging=setup_logging,
+        run=run,
+    )
 
 
 def node_facts(host: HostRoot, host_librknnrt: str | None) -> NodeFacts:

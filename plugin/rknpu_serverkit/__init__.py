@@ -53,6 +53,7 @@ from ._flags import (
 )
 from ._group import ActorGroup, closing_actor
 from ._logging import MAX_LOG_LINE_CHARS, JsonFormatter, TextFormatter, setup_logging
+from ._main import ServerSettings, server_main
 from ._signals import STOP_SIGNALS, StopEvent, end_server_process, stop_on_signals
 
 if TYPE_CHECKING:
@@ -87,6 +88,8 @@ __all__ = [
     "check_host_file",
     "check_soc_name",
     "closing_actor",
+    "server_main",
+    "ServerSettings",
     "describe_os_error",
     "end_server_process",
     "run_main",
