@@ -16,6 +16,7 @@ from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .._errors import InferenceError
 from ._choice import LaunchPlan
@@ -108,7 +109,7 @@ def worker_main(conn: multiprocessing.connection.Connection, spec: WorkerSpec) -
                     old.close()
                 inputs[in_slot] = SharedMemory(name=in_name)
             buffer = inputs[in_slot].buf
-            arrays = [
+            arrays: list[npt.NDArray[Any]] = [
                 np.ndarray(shape, np.dtype(dtype), buffer=buffer, offset=start)
                 for start, shape, dtype in layout
             ]
