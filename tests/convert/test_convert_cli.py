@@ -390,7 +390,9 @@ def test_an_opset_22_split_head_export_is_prepared_and_builds(
     after = ort.InferenceSession(prepared.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {"images": frame}
     )
-    np.testing.assert_array_equal(before[0], after[0])
+    # The same maths in another order: bit-identical on some onnxruntime builds, float rounding
+    # (~3e-7 here) on others (the one pip installs for Python 3.10).
+    np.testing.assert_allclose(before[0], after[0], rtol=1e-5, atol=1e-6)
 
 
 def test_a_model_needing_nothing_is_loaded_as_it_is(fake: type[FakeToolkit], tmp_path: Path) -> None:
