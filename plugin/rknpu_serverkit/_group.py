@@ -123,7 +123,7 @@ class ActorGroup:
                 first = outcomes[0]
             _log.debug("actor %s ended the group", first.actor.name)
             self._interrupt_all()
-            self._wait_for(threads)
+            self._wait_for(threads, outcomes, lock)
         settled.close()
         if first.error is not None:
             raise first.error
@@ -136,11 +136,21 @@ class ActorGroup:
             except Exception:  # one broken interrupt must not keep the others running
                 _log.exception("interrupting %s failed", actor.name)
 
-    def _wait_for(self, threads: list[threading.Thread]) -> None:
+    def _wait_for(
+        self, threads: list[threading.Thread], outcomes: list[_Outcome], lock: threading.Lock
+    ) -> None:
         deadline = None if self.stop_timeout is None else time.monotonic() + self.stop_timeout
         for thread in threads:
             thread.join(None if deadline is None else max(deadline - time.monotonic(), 0.0))
-        left = [thread.name for thread in threads if thread.is_alive()]
+        with lock:
+            ended = {id(outcome.actor) for outcome in outcomes}
+        # An actor whose outcome is in has ended; its thread may still be on its way out (with a
+        # budget of 0 it often is): only actors with no outcome are left behind.
+        left = [
+            actor.name
+            for actor, thread in zip(self._actors, threads, strict=True)
+            if thread.is_alive() and id(actor) not in ended
+        ]
         if left:
             _log.warning(
                 "still running after the stop budget; leaving them behind",
