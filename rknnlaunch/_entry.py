@@ -31,7 +31,6 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import NoReturn
 
 from ._errors import RknnLaunchError, UsageError
@@ -43,15 +42,6 @@ EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 
 # --- argparse -------------------------------------------------------------------------------------
-
-
-def check_output_folder(path: str | os.PathLike[str] | None, flag: str) -> None:
-    """Refuse a report path whose folder does not exist up front, not after minutes of work."""
-    if path is not None and not Path(path).resolve().parent.is_dir():
-        raise UsageError(
-            f"{flag} {path}: the folder {Path(path).parent} does not exist",
-            f"create it or pick another {flag}",
-        )
 
 
 class UsageParser(argparse.ArgumentParser):

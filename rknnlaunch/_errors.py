@@ -50,7 +50,15 @@ class UnknownSocError(DiscoveryError):
 
 class SettingsError(UsageError):
     """A setting (RKNN_NPU_*, RKNNLAUNCH_*, or a command's flag or its environment twin) has a value
-    we cannot use."""
+    we cannot use; ``variables`` names the ones that could not be read (when known), so a report
+    can skip what depends on them instead of blaming their absence."""
+
+    def __init__(self, problem: str, fix: str | None = None, variables: tuple[str, ...] = ()) -> None:
+        self.variables = variables
+        super().__init__(problem, fix)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.problem, self.fix, self.variables))
 
 
 class ModelError(RknnLaunchError):

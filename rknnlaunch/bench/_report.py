@@ -71,6 +71,11 @@ def case_json(result: CaseResult, efficiency: float | None = None) -> dict[str, 
     }
 
 
+def _frames(count: int) -> str:
+    """``1 frame``, ``3 frames``."""
+    return f"{count} frame" if count == 1 else f"{count} frames"
+
+
 def _ms(value: float) -> str:
     """Three significant digits or so: 0.412, 12.4, 703."""
     return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
@@ -144,7 +149,7 @@ class BenchReport:
                 lines.append(f"  {result.case.name} failed: {result.error}")
             elif result.warmup_ns:
                 lines.append(
-                    f"  {result.case.name}: {result.label}; warm-up {len(result.warmup_ns)} frames "
+                    f"  {result.case.name}: {result.label}; warm-up {_frames(len(result.warmup_ns))} "
                     f"(first {result.warmup_ns[0] / 1e6:.1f} ms)"
                 )
             else:

@@ -13,9 +13,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._entry import check_output_folder
 from .._errors import UsageError
-from .._files import require_file
+from .._files import PLOT_SUFFIXES, check_output, require_file
 from .._version import __version__
 from ..model import resolve_model, sha256
 from ..npu import LIBRKNNRT_PATH, HostRoot, find_librknnrt, format_cores
@@ -67,11 +66,30 @@ def synthetic_frame(width: int = 1280, height: int = 720) -> npt.NDArray[np.uint
     return frame
 
 
+BOUNDS: dict[str, tuple[int, str]] = {
+    "-n": (
+        100_000,
+        "the report keeps every frame's latencies; 100000 frames is about 17 min per case at 100 FPS",
+    ),
+    "--warmup": (10_000, "the NPU's clocks and caches settle within a few dozen frames"),
+    "--threads": (256, "a pool has a few runtimes per NPU core; more threads only wait in its queue"),
+}
+"""Each count flag's upper bound and its reason: a larger value is a typo, not a benchmark."""
+
+
 def _at_least(value: int | None, default: int, flag: str, minimum: int = 1) -> int:
+    """``value`` (None: ``default``) when it is within ``minimum`` .. the flag's maximum, else a
+    `UsageError` naming the bound and its reason."""
     if value is None:
         return default
     if value < minimum:
         raise UsageError(f"{flag} {value} is too small", f"use {flag} {minimum} or more")
+    maximum, why = BOUNDS[flag]
+    if value > maximum:
+        raise UsageError(
+            f"{flag} {value} is too large (at most {maximum}: {why})",
+            f"use {flag} {minimum}..{maximum}",
+        )
     return value
 
 
@@ -180,6 +198,7 @@ def prepare(options: BenchOptions, settings: NpuSettings, rknnlite: RknnLiteFact
     _at_least(options.threads, 1, "--threads")  # a bad value is an error on every backend, not only the pool
     _at_least(options.warmup, 0, "--warmup", minimum=0)
     _at_least(options.iterations, 1, "-n")
+    _check_outputs(options.json, options.plot)  # before the model is looked for or anything opens
     if options.model is not None:  # a path on the command line that is not there is a usage error (2)
         require_file(
             options.model, "model file", "pass the path of an existing .rknn or .onnx file", UsageError
@@ -193,8 +212,7 @@ def prepare(options: BenchOptions, settings: NpuSettings, rknnlite: RknnLiteFact
     if options.image is None:
         image, image_source = synthetic_frame(), "synthetic 1280x720"
     else:
-        image, image_source = read_image(options.image), options.image
-    _check_outputs(options.json, options.plot)
+        image, image_source = read_image(options.image, "--image"), options.image
     target = the_plan.target
     npu_target = target if the_plan.backend == "npu" else None
     allocation = npu_target.allocation if npu_target is not None else None
@@ -226,8 +244,8 @@ def prepare(options: BenchOptions, settings: NpuSettings, rknnlite: RknnLiteFact
 
 def _check_outputs(json_path: str | None, plot_path: str | None) -> None:
     """Refuse unwritable report paths up front, not after minutes of benchmarking."""
-    check_output_folder(json_path, "--json")
-    check_output_folder(plot_path, "--plot")
+    check_output(json_path, "--json", example="bench.json")
+    check_output(plot_path, "--plot", suffixes=PLOT_SUFFIXES, example="bench.png")
     if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
         raise UsageError(
             f"--plot {plot_path} needs matplotlib, which is not installed",

@@ -4,11 +4,13 @@ in the toolkit's simulator, the only way to run a model on x86)."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import TextIO
 
 from .._errors import UsageError
+from .._files import check_output
 from ..convert import parse_size
 
 
@@ -60,7 +62,8 @@ def _triple(text: str, option: str) -> tuple[float, float, float]:
         values = ()
     if len(values) == 1:
         values = values * 3
-    if len(values) != 3 or (option == "--std" and min(values) <= 0):
+    finite = all(math.isfinite(v) for v in values)
+    if len(values) != 3 or not finite or (option == "--std" and min(values) <= 0):
         raise UsageError(f"{option} {text!r} is not three numbers", f"e.g. {option} 0,0,0 (std values > 0)")
     return (values[0], values[1], values[2])
 
@@ -71,6 +74,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     if not 0 <= args.pad <= 255:
         raise UsageError(f"--pad {args.pad} is not a pixel value", "use 0-255 (114 for Ultralytics models)")
+    if args.min_agreement is not None and not 0.0 <= args.min_agreement <= 1.0:
+        raise UsageError(
+            f"--min-agreement {args.min_agreement} is not a ratio", "use a value in 0..1, e.g. 0.8"
+        )
+    check_output(args.json, "--json", example="validate.json")
     request = ConvertRequest(
         onnx=args.onnx,
         target=args.target,

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from .._entry import check_output_folder
 from .._errors import DiscoveryError, MaskError, ModelError, UsageError
+from .._files import PLOT_SUFFIXES, check_output
 from ..model import read_rknn
 from ..runtime import RknnLiteFactory
 from ..settings import NpuSettings, load_settings
@@ -64,8 +64,8 @@ def execute(
             f"{args.model} is the ONNX; validate compares an .rknn against it",
             "pass MODEL.rknn first and the ONNX as --reference",
         )
-    check_output_folder(args.json, "--json")
-    check_output_folder(args.plot, "--plot")
+    check_output(args.json, "--json", example="validate.json")
+    check_output(args.plot, "--plot", suffixes=PLOT_SUFFIXES, example="validate.png")
     images = image_files(args.images, "--images")
     info = read_rknn(args.model)
     facts = info.facts

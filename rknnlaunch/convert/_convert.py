@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import ModelError, UsageError
-from .._files import require_file
+from .._files import check_output, require_file
 from ..model import CUSTOM_STRING_LIMIT, ModelFacts, PackedFacts, names_file_for, pack_facts
 from ..validate import decode_all, image_files
 from ._plan import (
@@ -299,14 +299,7 @@ def convert(
     width, height = input_size(onnx.input_shape, request.input_size, onnx.input_name)
     layout = output_layout(onnx, width, height)
     output = request.output or default_output(request.onnx, target, request.fp16)
-    if output.suffix.lower() != ".rknn":
-        raise UsageError(
-            f"-o {output}: the output must end in .rknn", f"e.g. -o {output.with_suffix('.rknn')}"
-        )
-    if not output.parent.is_dir() or not os.access(output.parent, os.W_OK):
-        raise UsageError(
-            f"-o {output}: the folder {output.parent} does not exist or is not writable", "pick another -o"
-        )
+    check_output(output, "-o", suffixes=(".rknn",), example="model.rknn")
     calibration = image_files(request.quant_images, "--quant-images") if request.quant_images else []
     frames = decode_all(calibration, "--quant-images") if calibration else []
     factory = toolkit or load_toolkit()

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 
 from .._errors import MaskError
-from ._soc import SocSpec
+from ._soc import SOCS, SocSpec
 
 CoreSet = frozenset[int]
 
@@ -43,6 +43,20 @@ def cores_to_mask(cores: Iterable[int]) -> int:
             raise MaskError(f"NPU core {core} does not exist", f"use core numbers 0..{MAX_CORES - 1}")
         mask |= 1 << core
     return mask
+
+
+def check_cores_exist(cores: Iterable[int], shown: str) -> None:
+    """`MaskError` when ``cores`` name a core no supported SoC has (``shown`` names the input): a mask
+    of 8 is core 3, beyond RK3588's three cores, whatever board this is (or with none)."""
+    biggest = max(SOCS, key=lambda soc: soc.npu_cores)
+    beyond = sorted(core for core in cores if core >= biggest.npu_cores)
+    if beyond:
+        last = biggest.npu_cores - 1
+        raise MaskError(
+            f"{shown} names core(s) {format_cores(beyond)}, and no supported SoC has more than "
+            f"{biggest.npu_cores} NPU cores ({biggest.name}: cores 0..{last})",
+            f"name cores within 0..{last} (a mask of at most {(1 << biggest.npu_cores) - 1:#x})",
+        )
 
 
 def mask_to_cores(mask: int) -> CoreSet:

@@ -137,8 +137,20 @@ def check_npu(settings: NpuSettings, host: HostRoot, found: Findings) -> CheckRe
     )
 
 
-def check_allocation(settings: NpuSettings, found: Findings) -> CheckResult:
+ALLOCATION_VARIABLES = ("RKNN_NPU_CORE_MASK", "RKNN_NPU_CORES")
+
+
+def check_allocation(
+    settings: NpuSettings, found: Findings, settings_error: SettingsError | None = None
+) -> CheckResult:
     info = found.info
+    unreadable = [v for v in ALLOCATION_VARIABLES if settings_error and v in settings_error.variables]
+    if unreadable:  # one cause, one result: the settings check says what is wrong with it
+        return CheckResult(
+            "allocation",
+            "skip",
+            f"not checked: {' and '.join(unreadable)} cannot be read (see the settings check)",
+        )
     if info is None:
         return CheckResult("allocation", "skip", "no NPU found, so no cores to allocate")
     try:
@@ -193,6 +205,8 @@ def check_device_nodes(
         try:
             mode = local.stat()
         except OSError:
+            if path == settings.device and (info is None or path not in info.device_paths):
+                return _missing_injected_device(path, info)
             return CheckResult(
                 "device-nodes",
                 "fail",
@@ -236,6 +250,21 @@ def check_device_nodes(
         )
     return CheckResult(
         "device-nodes", "ok", f"{', '.join(usable)} present and openable", None, {"nodes": usable}
+    )
+
+
+def _missing_injected_device(path: str, info: NpuInfo | None) -> CheckResult:
+    """RKNN_NPU_DEVICE names a path that is not there: the variable is wrong, not the container."""
+    found = (
+        f"the NPU's nodes here are {', '.join(info.device_paths)}" if info else "no NPU node was found here"
+    )
+    return CheckResult(
+        "device-nodes",
+        "fail",
+        f"RKNN_NPU_DEVICE={path}: that path does not exist in this container ({found})",
+        "unset RKNN_NPU_DEVICE (the device plugin sets it), or set it to the NPU's node "
+        + (f"({', '.join(info.device_paths)})" if info else "(/dev/dri/renderD129 or /dev/rknpu)"),
+        {"missing": path, "injected_device": path},
     )
 
 
@@ -502,7 +531,7 @@ def run_checks(
     host = HostRoot(settings.root)
     found = found if found is not None else Findings()
     results = [check_settings(settings_error), check_npu(settings, host, found)]
-    results.append(check_allocation(settings, found))
+    results.append(check_allocation(settings, found, settings_error))
     results.append(check_device_nodes(settings, host, found, opener))
     results.append(check_driver(found))
     if found.info is None:

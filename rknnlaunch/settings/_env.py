@@ -14,8 +14,11 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from .._errors import RknnLaunchError, SettingsError
 from ..npu import (
+    ALL,
     SOCS,
     SocSpec,
+    check_cores_exist,
+    mask_to_cores,
     parse_core_list,
     parse_mask,
     soc_by_name,
@@ -77,12 +80,21 @@ class NpuSettings(BaseSettings):
     @field_validator("core_mask", mode="before")
     @classmethod
     def _parse_core_mask(cls, value: Any) -> Any:
-        return parse_mask(value) if isinstance(value, str) else value
+        if not isinstance(value, str):
+            return value
+        mask = parse_mask(value)
+        if mask != ALL:  # NPU_CORE_ALL is a name, not cores; any other mask names real cores
+            check_cores_exist(mask_to_cores(mask), f"core mask {value.strip()!r}")
+        return mask
 
     @field_validator("cores", mode="before")
     @classmethod
     def _parse_cores(cls, value: Any) -> Any:
-        return parse_core_list(value) if isinstance(value, str) else value
+        if not isinstance(value, str):
+            return value
+        cores = parse_core_list(value)
+        check_cores_exist(cores, f"core list {value.strip()!r}")
+        return cores
 
     @field_validator("soc", mode="before")
     @classmethod
@@ -145,6 +157,7 @@ def _settings_error(exc: ValidationError, env: Mapping[str, str] | None) -> Sett
     source = os.environ if env is None else env
     problems: list[str] = []
     fixes: list[str] = []
+    variables: list[str] = []
     for error in exc.errors():
         loc = str(error["loc"][0]) if error["loc"] else "?"
         var = ENV_NAMES.get(loc, loc)
@@ -153,6 +166,7 @@ def _settings_error(exc: ValidationError, env: Mapping[str, str] | None) -> Sett
             reason, fix = original.problem, original.fix
         else:
             reason, fix = str(error["msg"]).removeprefix("Value error, "), None
+        variables.append(var)
         problems.append(f"{var}={source.get(var, error.get('input'))!r}: {reason}")
         fixes.append(f"{var}: {fix or _FIXES.get(var, 'correct or unset it')}")
-    return SettingsError("; ".join(problems), "; ".join(fixes))
+    return SettingsError("; ".join(problems), "; ".join(fixes), tuple(variables))

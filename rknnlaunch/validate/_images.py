@@ -1,4 +1,5 @@
-"""Image sets for calibration and validation: DIR or FILES -> sorted image paths, each checked."""
+"""Image sets for calibration and validation: DIR or FILES -> sorted image paths, each checked by the
+one image reader (`rknnlaunch.yolo.check_image` / `read_image`) before any long work."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import UsageError
+from ..yolo import check_image, read_image
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
@@ -16,7 +18,8 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 def image_files(sources: Sequence[str | Path], option: str) -> list[Path]:
     """Every image named by ``sources`` (folders are listed, not recursed), sorted by path.
 
-    `UsageError` for a missing path, a folder without images, or nothing at all; ``option`` is the
+    `UsageError` for a missing path, a folder without images, a file that is not an image (its
+    header: a text file, an oversized or unreadable image), or nothing at all; ``option`` is the
     flag the paths came from, so the message says which to fix.
     """
     found: list[Path] = []
@@ -38,26 +41,36 @@ def image_files(sources: Sequence[str | Path], option: str) -> list[Path]:
             )
     if not found:
         raise UsageError(f"{option} named no images", f"pass image files or a folder of images to {option}")
-    return sorted(dict.fromkeys(found))
+    files = sorted(dict.fromkeys(found))
+    bad: list[str] = []
+    for file in files:
+        try:
+            check_image(file, f"{option}:")
+        except UsageError as exc:
+            bad.append(exc.problem)
+    _refuse(bad, len(files), option, "are not images that can be read")
+    return files
+
+
+def _refuse(bad: Sequence[str], total: int, option: str, state: str) -> None:
+    """One `UsageError` naming the first five bad files of ``total``; nothing when none is bad."""
+    if bad:
+        shown = "; ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise UsageError(
+            f"{option}: {len(bad)} of {total} images {state}: {shown}",
+            "remove or replace them (JPEG/PNG files)",
+        )
 
 
 def decode_all(files: Sequence[Path], option: str) -> list[npt.NDArray[np.uint8]]:
-    """Decode every file (BGR uint8) before any long work starts; `UsageError` naming each bad one."""
-    from ..yolo import opencv
-
-    cv2 = opencv()
+    """Decode every file (BGR uint8) before any long work starts, through the one image reader;
+    `UsageError` naming each file that does not decode."""
     images: list[npt.NDArray[np.uint8]] = []
     bad: list[str] = []
     for file in files:
-        image = cv2.imread(str(file), cv2.IMREAD_COLOR)
-        if image is None:
-            bad.append(str(file))
-        else:
-            images.append(np.asarray(image, np.uint8))
-    if bad:
-        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
-        raise UsageError(
-            f"{option}: {len(bad)} of {len(files)} images do not decode: {shown}",
-            "remove or replace them (JPEG/PNG files OpenCV can read)",
-        )
+        try:
+            images.append(read_image(file, f"{option}:"))
+        except UsageError as exc:
+            bad.append(exc.problem)
+    _refuse(bad, len(files), option, "do not decode")
     return images

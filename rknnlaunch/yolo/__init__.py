@@ -37,7 +37,17 @@ from ._decode import (
     postprocess,
 )
 from ._draw import COCO_NAMES, COCO_SKELETON, class_name, draw_detections, image_masks
-from ._image import check_image_writable, opencv, read_image, write_image
+from ._image import (
+    FORMATS,
+    MAX_IMAGE_PIXELS,
+    ImageHeader,
+    check_image,
+    check_image_writable,
+    image_header,
+    opencv,
+    read_image,
+    write_image,
+)
 from ._layouts import TASKS, YOLOV5_ANCHORS, Plan, Task, class_names, parse_anchors, plan_layout
 from ._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS, Letterboxer, geometry, letterbox
 from ._masks import MaskResolution
@@ -64,7 +74,12 @@ __all__ = [
     "Task",
     "YOLOV5_ANCHORS",
     "YoloDecoder",
+    "FORMATS",
+    "ImageHeader",
+    "MAX_IMAGE_PIXELS",
+    "check_image",
     "check_image_writable",
+    "image_header",
     "class_count",
     "class_name",
     "class_names",

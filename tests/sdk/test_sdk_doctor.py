@@ -105,7 +105,14 @@ def test_eacces_names_the_group_to_join(host_factory: HostFactory) -> None:
 def test_missing_and_dead_device_nodes(host_factory: HostFactory) -> None:
     host = host_factory("rk3588-drm")
     result = checks(host, RKNN_NPU_DEVICE="/dev/dri/renderD130")["device-nodes"]
-    assert result.status == "fail" and "/dev/dri/renderD130 does not exist" in result.summary
+    assert result.status == "fail"
+    assert result.summary == (
+        "RKNN_NPU_DEVICE=/dev/dri/renderD130: that path does not exist in this container "
+        "(the NPU's nodes here are /dev/dri/card1, /dev/dri/renderD129)"
+    )
+    # The variable is what is wrong: never `--device /dev/dri/renderD130`, a path that is not there.
+    assert result.fix is not None and "--device" not in result.fix
+    assert "unset RKNN_NPU_DEVICE" in result.fix and "/dev/dri/renderD129" in result.fix
 
     def enxio(path: Path) -> None:
         raise OSError(6, "No such device or address", str(path))
@@ -246,6 +253,15 @@ def test_cli_json_schema_and_exit_codes(
     report = json.loads(capsys.readouterr().out)
     by_id = {check["id"]: check for check in report["checks"]}
     assert by_id["settings"]["status"] == "fail" and by_id["npu"]["details"]["soc"] == "rk3588"
+    # One cause, one result: an unreadable mask is not also reported as "unset" (issue 27).
+    assert by_id["allocation"]["status"] == "skip"
+    assert by_id["allocation"]["summary"] == (
+        "not checked: RKNN_NPU_CORE_MASK cannot be read (see the settings check)"
+    )
+    monkeypatch.setenv("RKNN_NPU_CORE_MASK", "banana")
+    main(["doctor"])
+    text = capsys.readouterr().out
+    assert "cannot read 'banana'" in text and "no allocation was injected" not in text
 
 
 def test_cli_ok_exit_zero(

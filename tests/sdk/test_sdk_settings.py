@@ -69,12 +69,34 @@ def test_process_environment_is_the_default(monkeypatch: pytest.MonkeyPatch) -> 
     assert settings.core_mask == 4 and settings.cores is None
 
 
-def test_mask_bits_beyond_the_cores_name_variable_value_and_fix(rk3588: NpuInfo) -> None:
+def test_mask_bits_beyond_the_cores_name_variable_value_and_fix(rk3568: NpuInfo) -> None:
     with pytest.raises(SettingsError) as caught:
-        resolve_allocation(load_settings({"RKNN_NPU_CORE_MASK": "0x9"}), rk3588)
+        resolve_allocation(load_settings({"RKNN_NPU_CORE_MASK": "0x6"}), rk3568)
     message = str(caught.value)
-    assert "RKNN_NPU_CORE_MASK=9 (0x9)" in message and "core(s) 3" in message
-    assert "fix: use a mask within 0x7" in message
+    assert "RKNN_NPU_CORE_MASK=6 (0x6)" in message and "core(s) 1,2" in message
+    assert "fix: use a mask within 0x1" in message
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "shown"),
+    [
+        ("RKNN_NPU_CORE_MASK", "8", "core mask '8'"),
+        ("RKNN_NPU_CORE_MASK", "0x9", "core mask '0x9'"),
+        ("RKNN_NPU_CORES", "3", "core list '3'"),
+        ("RKNN_NPU_CORES", "0,5", "core list '0,5'"),
+    ],
+)
+def test_cores_beyond_every_soc_are_refused_when_read_with_or_without_an_npu(
+    variable: str, value: str, shown: str
+) -> None:
+    # Mask 8 is core 3: no SoC has it, so it is refused as -1 is, before any NPU is looked for.
+    with pytest.raises(SettingsError) as caught:
+        load_settings({variable: value})
+    assert caught.value.problem.startswith(f"{variable}={value!r}: {shown} names core(s) ")
+    assert "no supported SoC has more than 3 NPU cores (rk3588: cores 0..2)" in caught.value.problem
+    assert caught.value.fix == f"{variable}: name cores within 0..2 (a mask of at most 0x7)"
+    assert caught.value.variables == (variable,)
+    assert load_settings({"RKNN_NPU_CORE_MASK": "NPU_CORE_ALL"}).core_mask == 0xFFFF  # a name, not cores
 
 
 def test_cores_beyond_the_soc(rk3568: NpuInfo) -> None:

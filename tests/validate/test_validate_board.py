@@ -212,5 +212,7 @@ def test_undecodable_images_are_named(
         str(converted_model(tmp_path / "m.rknn")), "--reference", str(default_onnx()), "--images", str(images)
     )
     settings = load_settings({"RKNNLAUNCH_ROOT": str(host_factory("rk3588-drm").root)})
-    with pytest.raises(UsageError, match=r"1 of 3 images do not decode: .*broken\.jpg"):
+    with pytest.raises(
+        UsageError, match=r"1 of 3 images are not images that can be read: .*broken\.jpg is not a JPEG"
+    ):
         _cmd_validate.execute(args, settings, factory(""), io.StringIO())
