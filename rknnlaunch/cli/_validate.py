@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .._errors import DiscoveryError, MaskError, ModelError, UsageError
-from .._files import PLOT_SUFFIXES, check_output
+from .._files import PLOT_SUFFIXES, check_output, require_file, require_readable
 from ..model import read_rknn
 from ..runtime import RknnLiteFactory
 from ..settings import NpuSettings, load_settings
@@ -66,6 +66,16 @@ def execute(
         )
     check_output(args.json, "--json", example="validate.json")
     check_output(args.plot, "--plot", suffixes=PLOT_SUFFIXES, example="validate.png")
+    # Every input checked before the NPU is looked for: a wrong path is named as what it is.
+    require_file(args.reference, "--reference", "pass the ONNX the .rknn was converted from", UsageError)
+    require_readable(args.reference, "--reference", UsageError)
+    with args.reference.open("rb") as handle:
+        head = handle.read(4)
+    if head == b"RKNN":
+        raise UsageError(
+            f"--reference {args.reference} is an .rknn model; the reference is the source ONNX",
+            "pass MODEL.onnx as --reference",
+        )
     images = image_files(args.images, "--images")
     info = read_rknn(args.model)
     facts = info.facts

@@ -188,7 +188,15 @@ def parse_rknn(data: bytes | mmap.mmap, name: str = "<bytes>") -> RknnModelInfo:
         metadata, typed = _parse_metadata(bytes(body), name, rebuild)
     elif format_version > 1:
         raise ModelError(f"{name} is truncated: the metadata after the model block is missing", rebuild)
-    strings = _root_strings(data, header, block_length)
+    strings = _root_strings(data, header, block_length) if block_length >= 8 else {}
+    if strings is None:
+        # Bytes overwritten inside the model block: the tensors' I/O info (dtypes, layouts) would
+        # silently vanish, and the runtime would refuse the file at load_rknn anyway.
+        raise ModelError(
+            f"{name} is corrupt: its model block (bytes {header}..{json_at}) is not a FlatBuffer "
+            "(the root table offsets point outside it), so its tensors' I/O info cannot be read",
+            rebuild,
+        )
     custom = strings.get(_CUSTOM_STRING_FIELD) or None
     io_layouts = {
         **_io_info(strings.get(_INPUT_INFO_FIELD)),
@@ -291,19 +299,24 @@ _OUTPUT_INFO_FIELD = 13
 _STRING_FIELDS = (_CUSTOM_STRING_FIELD, _INPUT_INFO_FIELD, _OUTPUT_INFO_FIELD)
 
 
-def _root_strings(data: bytes | mmap.mmap, start: int, length: int) -> dict[int, str]:
-    """The root table's string fields we use, bounds-checked; {} when the block is not a FlatBuffer
-    we understand (older toolkits, hand-built files): these fields are extras, never required."""
+def _root_strings(data: bytes | mmap.mmap, start: int, length: int) -> dict[int, str] | None:
+    """The root table's string fields we use, bounds-checked; None when the block is no FlatBuffer
+    root table at all (its root offset, vtable offset or vtable size point outside the block: the
+    file is corrupt there). A field that is absent or unreadable is left out: they are extras."""
     end = start + length
     found: dict[int, str] = {}
     try:
         (root,) = struct.unpack_from("<I", data, start)
         table = start + root
+        if not 8 <= root <= length - 4:
+            return None
         (back,) = struct.unpack_from("<i", data, table)
         vtable = table - back
-        if not (start <= vtable < end and start <= table < end):
-            return {}
-        (vtable_size,) = struct.unpack_from("<H", data, vtable)
+        if not start + 4 <= vtable <= end - 4:
+            return None
+        (vtable_size, table_size) = struct.unpack_from("<HH", data, vtable)
+        if vtable_size < 4 or vtable_size % 2 or vtable + vtable_size > end or table + table_size > end:
+            return None
         for field_index in _STRING_FIELDS:
             slot = 4 + 2 * field_index
             if slot + 2 > vtable_size:

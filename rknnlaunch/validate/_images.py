@@ -45,7 +45,7 @@ def image_files(sources: Sequence[str | Path], option: str) -> list[Path]:
     bad: list[str] = []
     for file in files:
         try:
-            check_image(file, f"{option}:")
+            check_image(file, "file")
         except UsageError as exc:
             bad.append(exc.problem)
     _refuse(bad, len(files), option, "are not images that can be read")
@@ -69,7 +69,7 @@ def decode_all(files: Sequence[Path], option: str) -> list[npt.NDArray[np.uint8]
     bad: list[str] = []
     for file in files:
         try:
-            images.append(read_image(file, f"{option}:"))
+            images.append(read_image(file, "image"))
         except UsageError as exc:
             bad.append(exc.problem)
     _refuse(bad, len(files), option, "do not decode")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rknnfile_builder import rknn_bytes, write_rknn
+from rknnfile_builder import flatbuffer_block, rknn_bytes, write_rknn
 
 from rknnlaunch import ModelError
 from rknnlaunch.cli._main import main
@@ -118,6 +118,7 @@ def test_a_large_model_is_not_read_whole(tmp_path: Path) -> None:
     model = tmp_path / "big.rknn"
     with model.open("wb") as handle:
         handle.write(header[:16] + block.to_bytes(8, "little") + header[24:])
+        handle.write(flatbuffer_block({}))  # the root table a real block starts with; the rest is a hole
         handle.seek(64 + block)
         handle.write(trailer)
     info = read_rknn(model)
@@ -171,3 +172,24 @@ def test_real_toolkit2_output(tmp_path: Path) -> None:  # pragma: no cover - nee
     info = read_rknn(tmp_path / "relu.rknn")
     assert info.format_version >= 6 and info.target_platforms == ("rk3588",)
     assert info.toolkit_version and version_tuple(info.toolkit_version) >= (1, 5)
+
+
+@pytest.mark.parametrize("filler", [b"\xaa", b"\0"])
+def test_overwritten_model_block_is_corrupt_not_ok(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], filler: bytes
+) -> None:
+    """Bytes 64-200 overwritten (issue 27): the tensors' I/O info vanished silently and `model
+    inspect` and `doctor --model` said OK; now the file is named corrupt, exit 1, with a fix."""
+    data = bytearray(rknn_bytes())
+    assert parse_rknn(bytes(data)).inputs[0].layout == "NHWC"
+    data[64:200] = filler * 136
+    model = tmp_path / "m.rknn"
+    model.write_bytes(bytes(data))
+    with pytest.raises(ModelError, match=r"m\.rknn is corrupt: its model block \(bytes 64\.\.324\)"):
+        read_rknn(model)
+    assert main(["model", "inspect", str(model)]) == 1
+    err = capsys.readouterr().err
+    assert "is corrupt" in err and "fix: copy or download it again" in err
+    assert main(["doctor", "--model", str(model), "--root", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  model" in out and "is corrupt" in out
