@@ -60,7 +60,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--pad", type=int, help="letterbox pad value (default: the model's, docs/yolo.md#letterbox-pad)"
     )
     parser.add_argument("--json", metavar="FILE", help="write the full report (raw latencies) as JSON")
-    parser.add_argument("--plot", metavar="FILE.png", help="write a latency/throughput plot")
+    parser.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="write a latency/throughput plot (.png, .svg, .pdf, ...; checked before the run)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run)
 
@@ -111,8 +115,8 @@ def execute(
         _write(args.json, lambda path: Path(path).write_text(document))
         print(f"wrote {args.json}", file=out)
     if args.plot:
-        _write(args.plot, report.plot)
-        print(f"wrote {args.plot}", file=out)
+        _write(args.plot, report.plot)  # check_output made sure this exact path is what gets written
+        print(f"wrote {args.plot} (latency per frame and FPS, per case)", file=out)
     return report.exit_code
 
 

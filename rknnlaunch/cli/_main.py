@@ -28,6 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "model": ("_model", "inspect model files"),
     "convert": ("_convert", "convert a YOLO ONNX model to .rknn (rknn-toolkit2, x86_64 Linux)"),
     "validate": ("_validate", "check that an .rknn still detects what its ONNX detects"),
+    "completion": (
+        "_completion",
+        "print a bash or zsh completion script (source <(rknnlaunch completion bash))",
+    ),
 }
 
 
@@ -39,8 +43,9 @@ def chosen_command(argv: Sequence[str]) -> str | None:
     return None
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser; only ``command``'s module is imported and configured (None: none, e.g. for --help)."""
+def build_parser(command: str | None = None, all_commands: bool = False) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s module is imported and configured (None: none, e.g. for --help),
+    or every command's with ``all_commands`` (the completion script is generated from it)."""
     parser = UsageParser(
         prog="rknnlaunch",
         description="Run YOLO models on the Rockchip NPU cores this container was given.",
@@ -49,7 +54,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=UsageParser)
     for name, (module, summary) in COMMANDS.items():
         subparser = sub.add_parser(name, help=summary)
-        if name == command:
+        if name == command or all_commands:
             importlib.import_module(f"{__package__}.{module}").configure(subparser)
     return parser
 
