@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from .._entry import UsageParser, run_main
+from .._errors import UsageError
 from .._version import __version__
 
 # Each command lives in its own module exposing `configure(parser) -> None`, which adds the
@@ -69,6 +70,8 @@ def _main(words: list[str]) -> int:
     args = parser.parse_args(words)
     if getattr(args, "handler", None) is None:
         parser.print_help()
-        return 2
+        raise UsageError(
+            "no command given", f"name one: rknnlaunch {{{','.join(COMMANDS)}}} ... (e.g. rknnlaunch bench)"
+        )
     code: int = args.handler(args)
     return code

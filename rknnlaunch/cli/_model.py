@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .._errors import ModelError
+from .._errors import ModelError, UsageError
 from .._files import require_file
 from ..model import read_rknn
 
@@ -29,7 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
-    return 2
+    raise UsageError("`rknnlaunch model` needs an action", "rknnlaunch model inspect FILE")
 
 
 def _is_onnx(path: Path) -> bool:

@@ -275,6 +275,9 @@ def onnx_for(model: Path) -> Path:
             f"{model} is neither an .rknn nor an .onnx model (by its name)",
             "pass the .rknn export (NPU) or the .onnx model (CPU backend)",
         )
+    from ..model import read_rknn
+
+    read_rknn(model)  # a foreign, truncated or corrupt .rknn is named as what it is, not as "no .onnx"
     sibling = model.with_suffix(".onnx")
     if sibling.is_file():
         return sibling
