@@ -56,6 +56,9 @@ def test_npu_bench_covers_every_runnable_core_set_and_the_pool(
     code, text = run_npu(host, model, *flags)
     assert code == 0, text
     assert "rknnlaunch bench: NPU rk3588" in text
+    # The last line names the picture really written (issue 27: `--plot DIR` said DIR, wrote DIR.png).
+    assert text.splitlines()[-1] == f"wrote {picture} (latency per frame and FPS, per case)"
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "; warm-up 2 frames (first" in text
     doc = json.loads(report.read_text())
     names = [case["name"] for case in doc["cases"]]
     assert names == [
@@ -111,6 +114,12 @@ def test_npu_bench_covers_every_runnable_core_set_and_the_pool(
     assert all(lite.released for lite in FakeRknnLite.instances)
     # 2 warm-up + 5 timed per single case; the pools warm each context 2x then share 5 frames.
     assert sum(lite.inferences for lite in FakeRknnLite.instances) == 5 * 7 + (3 * 2 + 5) + (6 * 2 + 5)
+
+
+def test_one_warm_up_frame_is_one_frame(rk3588: tuple[HostRoot, Path]) -> None:
+    host, model = rk3588
+    code, text = run_npu(host, model, "-n", "1", "--warmup", "1", "--no-pool")
+    assert code == 0 and "; warm-up 1 frame (first" in text and "1 frames" not in text
 
 
 def test_npu_bench_discovers_and_checks_once_for_all_cases(
