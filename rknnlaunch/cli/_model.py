@@ -33,7 +33,10 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _is_onnx(path: Path) -> bool:
-    """By content when the file can be read (an .rknn starts with b'RKNN'), else by suffix."""
+    """By content when the file can be read (an .rknn starts with b'RKNN'), else by suffix; never
+    opens what is not a regular file (a FIFO's open would wait for a writer forever)."""
+    if not path.is_file():
+        return path.suffix.lower() == ".onnx"
     try:
         with path.open("rb") as handle:
             head = handle.read(4)

@@ -64,6 +64,11 @@ def execute(
             f"{args.model} is the ONNX; validate compares an .rknn against it",
             "pass MODEL.rknn first and the ONNX as --reference",
         )
+    if args.pad is not None and not 0 <= args.pad <= 255:
+        raise UsageError(f"--pad {args.pad} is not a pixel value", "use 0-255 (114 for Ultralytics models)")
+    for flag, value in (("--conf", args.conf), ("--iou", args.iou)):
+        if not 0.0 <= value <= 1.0:  # nan fails this too
+            raise UsageError(f"{flag} {value} is not a threshold", f"use a value in 0..1, e.g. {flag} 0.25")
     check_output(args.json, "--json", example="validate.json")
     check_output(args.plot, "--plot", suffixes=PLOT_SUFFIXES, example="validate.png")
     # Every input checked before the NPU is looked for: a wrong path is named as what it is.
@@ -75,6 +80,12 @@ def execute(
         raise UsageError(
             f"--reference {args.reference} is an .rknn model; the reference is the source ONNX",
             "pass MODEL.onnx as --reference",
+        )
+    if head[:1] != b"\x08":  # an ONNX ModelProto starts with its field 1, ir_version
+        raise UsageError(
+            f"--reference {args.reference} is not an ONNX model (it starts with {head!r}; an ONNX file "
+            "starts with its ir_version field, byte 0x08)",
+            "pass the .onnx the .rknn was converted from",
         )
     images = image_files(args.images, "--images")
     info = read_rknn(args.model)

@@ -35,6 +35,10 @@ def image_files(sources: Sequence[str | Path], option: str) -> list[Path]:
             found.extend(listed)
         elif path.is_file():
             found.append(path)
+        elif path.exists():
+            raise UsageError(
+                f"{option} {path} is not a regular file or folder", f"pass image files or folders to {option}"
+            )
         else:
             raise UsageError(
                 f"{option} {path} does not exist", f"pass existing image files or folders to {option}"

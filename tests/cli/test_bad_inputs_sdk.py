@@ -87,10 +87,12 @@ def make_inputs(folder: Path) -> dict[str, str]:
     (folder / "dir").mkdir(exist_ok=True)
     (folder / "noimages").mkdir(exist_ok=True)
     (folder / "noimages" / "notes.txt").write_text("no images here")
+    os.mkfifo(folder / "fifo")
     onnx = write_yolov8_onnx(folder / "yolo.onnx", ["person", "car"])
     (folder / "onnx_as.rknn").write_bytes(onnx.read_bytes()[:200])
     paths |= {
         "onnx_as_rknn": str(folder / "onnx_as.rknn"),
+        "fifo": str(folder / "fifo"),
         "dir": str(folder / "dir"),
         "noimages": str(folder / "noimages"),
         "missing": str(folder / "missing"),
@@ -139,6 +141,9 @@ ROWS: dict[str, Row] = {
     "bench --image huge header": Row(f"bench {GOOD} --image {{huge}}", "claims 65535x65535 pixels", code=2),
     "bench --image empty": Row(f"bench {GOOD} --image {{empty}}", "(it is empty)", code=2),
     "bench --image folder": Row(f"bench {GOOD} --image {{dir}}", "is not a regular file", code=2),
+    "bench --image fifo": Row(f"bench {GOOD} --image {{fifo}}", "is not a regular file", code=2),
+    "bench --model fifo": Row("bench --model {fifo}", "is not a regular file", code=2),
+    "bench --image an .rknn": Row(f"bench {GOOD} --image {{good_rknn}}", "starts with b'RKNN", code=2),
     "bench --image cut": Row(f"bench {GOOD} --image {{cut}}", "header is there but the data is not", code=2),
     # --- bench: output paths, checked before any work ------------------------------------------
     "bench --json no folder": Row("bench --json {tmp}/no/such/b.json", "does not exist", code=2),
@@ -163,6 +168,8 @@ ROWS: dict[str, Row] = {
     "detect text": Row("detect {text}", "is not a JPEG, PNG", code=2),
     "detect huge header": Row("detect {huge}", "claims 65535x65535 pixels", code=2),
     "detect folder": Row("detect {dir}", "is not a regular file", code=2),
+    "detect fifo": Row("detect {fifo}", "is not a regular file", code=2),
+    "detect --out under a file": Row("detect {image} --out {text}/x.jpg", "is not a folder", code=2),
     "detect cut": Row("detect {cut}", "header is there but the data is not", code=2),
     "detect --out .xyz": Row("detect {image} --out {tmp}/x.xyz", "'.xyz' is not a format", code=2),
     "detect --out folder": Row("detect {image} --out {dir}", "is a folder", code=2),
@@ -181,6 +188,7 @@ ROWS: dict[str, Row] = {
     "doctor --root a file": Row("doctor --root {text}", "is not a folder", code=2),
     "doctor --model missing": Row("doctor --model {missing}.rknn", "does not exist", code=1),
     "doctor --model corrupt": Row("doctor --model {corrupt_rknn}", "is corrupt", code=1),
+    "doctor --model fifo": Row("doctor --model {fifo}", "is not a regular file", code=1),
     "doctor --model text": Row("doctor --model {text_rknn}", "is not an .rknn model", code=1),
     "doctor --model onnx bytes": Row("doctor --model {onnx_as_rknn}", "looks like an ONNX model", code=1),
     "doctor mask banana": Row("doctor", "cannot read 'banana'", {"RKNN_NPU_CORE_MASK": "banana"}, 1),
@@ -200,6 +208,7 @@ ROWS: dict[str, Row] = {
     "model inspect text": Row("model inspect {text_rknn}", "is not an .rknn model", code=1),
     "model inspect empty": Row("model inspect {empty}", "is not an .rknn model", code=1),
     "model inspect truncated": Row("model inspect {truncated_rknn}", "is truncated", code=1),
+    "model inspect fifo": Row("model inspect {fifo}", "is not a regular file", code=1),
     "model inspect image": Row(
         "model inspect {image}", "is not an .rknn model: it starts with b'\\x89PNG", code=1
     ),
@@ -226,6 +235,9 @@ ROWS: dict[str, Row] = {
     "convert empty calibration": Row(
         "convert {onnx} --target rk3588 --quant-images {noimages}", "the folder has no images", code=2
     ),
+    "convert calibration fifo": Row(
+        "convert {onnx} --target rk3588 --quant-images {fifo}", "is not a regular file or folder", code=2
+    ),
     "convert an .rknn": Row("convert {good_rknn} --target rk3588 --fp16", "already an .rknn", code=2),
     "convert a text file": Row("convert {text} --target rk3588 --fp16", "is not an ONNX model"),
     # --- validate (named before "no NPU") -------------------------------------------------------
@@ -251,6 +263,23 @@ ROWS: dict[str, Row] = {
     ),
     "validate corrupt model": Row(
         "validate {corrupt_rknn} --reference {onnx} --images {image}", "is corrupt", code=1
+    ),
+    "validate --pad 999": Row(f"{VALIDATE} --images {{image}} --pad 999", "--pad 999 is not a pixel", code=2),
+    "validate --conf nan": Row(
+        f"{VALIDATE} --images {{image}} --conf nan", "--conf nan is not a threshold", code=2
+    ),
+    "validate --iou 2": Row(f"{VALIDATE} --images {{image}} --iou 2", "--iou 2.0 is not a threshold", code=2),
+    "validate reference is an image": Row(
+        "validate {good_rknn} --reference {image} --images {image}", "is not an ONNX model", code=2
+    ),
+    "validate reference is text": Row(
+        "validate {good_rknn} --reference {text} --images {image}", "is not an ONNX model", code=2
+    ),
+    "validate reference is a folder": Row(
+        "validate {good_rknn} --reference {dir} --images {image}", "is not a regular file", code=2
+    ),
+    "validate image is a fifo": Row(
+        f"{VALIDATE} --images {{fifo}}", "is not a regular file or folder", code=2
     ),
     "validate no NPU": Row(f"{VALIDATE} --images {{image}}", "no NPU to run good.rknn on", code=2),
     # --- run, completion, the command itself --------------------------------------------------
