@@ -33,6 +33,7 @@ from rknnlaunch.yolo import (
     COCO_NAMES,
     Detections,
     class_name,
+    read_image,
 )
 from rknnlaunch.yolo import class_count as yolo_class_count
 
@@ -127,11 +128,13 @@ def frames(
     stop = stop or threading.Event()
     cv2 = _cv2()
     if Path(source).suffix.lower() in IMAGE_SUFFIXES:
-        image = cv2.imread(source, cv2.IMREAD_COLOR)
-        if image is None:
+        try:  # the SDK's one image reader: permission, pixel limit and format checked, one clear error
+            image = read_image(source, "source")
+        except rknnlaunch.UsageError as exc:
             raise SourceError(
-                f"cannot read image {source}", "check the path (is the file in the image/volume?)"
-            )
+                f"cannot read image: {exc.problem}",
+                f"{exc.fix}; check the path (is the file in the image/volume?)",
+            ) from None
         while not stop.is_set():
             yield image
             if not loop:
