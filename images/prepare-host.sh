@@ -66,8 +66,8 @@ prepare_packages() {
     return 0
   fi
   echo "prepare-host: apt-get install ${missing[*]}"
-  apt-get update -qq || die "apt-get update failed; fix: check the machine's Debian mirror and network"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
+  apt-get -o DPkg::Lock::Timeout=600 update -qq || die "apt-get update failed; fix: check the machine's Debian mirror and network"
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >/dev/null \
     || die "apt-get install ${missing[*]} failed (run it by hand to see why)"
 }
 
