@@ -30,7 +30,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings_from=settings_from,
         setup_logging=setup_logging,
         run=run,
+        preflight=_preflight,
     )
+
+
+def _preflight(settings: DraSettings) -> None:
+    """Every input checked before the lock is taken or a socket bound (exit 2 on a bad one)."""
+    from ._preflight import preflight
+
+    preflight(settings, os.environ)
 
 
 def node_facts(host: HostRoot, host_librknnrt: str | None) -> NodeFacts:
@@ -132,13 +140,20 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
         )
         api.on_ready = publisher.wake
         servers = KubeletServers(store, settings.driver_name, plugin_dir, settings.registration_dir)
-        api.start()  # the client loads while the sockets come up (prepared claims need no API)
         servers.start()
         # Interrupts run in the order added: the sockets go first (the kubelet stops calling), then
         # the health and publishing loops; the slice is deleted once all have ended.
         serving = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)
         serving.add_signals()
         serving.add(*_external_stop(stop), name="stop")
+        connected = threading.Event()
+
+        def connect() -> None:
+            api.connect()  # raises: the group (the driver) stops with its line, never half-running
+            connected.set()
+
+        # The client loads while the sockets serve (prepared claims need no API).
+        serving.add_task(connect, name="api-client")
         serving.add(*closing_actor(servers.stop), name="kubelet-servers")
         health_stop = threading.Event()
 
@@ -159,7 +174,8 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
             serving.run()
         finally:
             _log.info("stopping")
-            publisher.delete_all()
+            if connected.is_set():  # with no client, nothing was published
+                publisher.delete_all()
     finally:
         _instance.release(lock)
     _log.info("stopped")
