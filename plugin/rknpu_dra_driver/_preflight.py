@@ -81,7 +81,7 @@ def check_kubeconfig(value: str) -> None:
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" (line {mark.line + 1})" if mark is not None else ""
-            problem = getattr(exc, "problem", None) or type(exc).__name__
+            problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or type(exc).__name__
             raise SettingsError(
                 f"--kubeconfig {path} is not valid YAML{where}: {problem}", _KUBECONFIG_FIX
             ) from None
@@ -109,7 +109,8 @@ def check_kubeconfig(value: str) -> None:
     server = str(cluster.get("server") or "")
     if not server.startswith(("https://", "http://")):
         raise SettingsError(
-            f"--kubeconfig {value}: cluster {context.get('cluster')!r} has no server URL (got {server!r})",
+            f"--kubeconfig {value}: cluster {context.get('cluster')!r} has no https:// server URL "
+            f"(got {server!r})",
             _KUBECONFIG_FIX,
         )
     user = users.get(str(context.get("user") or ""))

@@ -67,18 +67,26 @@ def check_writable_folder(path: str | os.PathLike[str], flag: str) -> None:
             f"point {flag} at a folder, or remove the file {existing}",
         )
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise SettingsError(f"{flag} {existing}: Permission denied (cannot write there)", PERMISSION_FIX)
+        if existing == folder.absolute():
+            raise SettingsError(f"{flag} {folder}: Permission denied (cannot write there)", PERMISSION_FIX)
+        raise SettingsError(
+            f"{flag} {folder}: cannot create it: Permission denied on {existing}", PERMISSION_FIX
+        )
 
 
 def check_readable_file(path: str | os.PathLike[str], flag: str, fix: str) -> None:
-    """A file the server reads at start (a kubeconfig, a model): exists, is a file, is readable."""
+    """A file the server reads at start (a kubeconfig, a model): exists, is a file (else ``fix``), is
+    readable (else the permission fix)."""
     file = Path(path)
     if not file.exists():
         raise SettingsError(f"{flag} {file} does not exist", fix)
     if file.is_dir():
         raise SettingsError(f"{flag} {file} is a folder, not a file", fix)
     if not os.access(file, os.R_OK):
-        raise SettingsError(f"{flag} {file}: Permission denied (cannot read it)", fix)
+        raise SettingsError(
+            f"{flag} {file}: Permission denied (cannot read it)",
+            "run the server as root (the DaemonSet does), or let its user read the file (chown or chmod)",
+        )
 
 
 def check_modules(needed: Mapping[str, str], install: str) -> None:
