@@ -329,6 +329,20 @@ ROWS: list[Row] = [
         base_args=False,
     ),
     E("exporter-soc-enum", "--soc", "nope", says="unknown SoC"),
+    # No NPU with --once: a failure (exit 1) said once, as the error line (it was a WARNING, then
+    # the same text again as the ERROR).
+    E(
+        "exporter-once-no-npu",
+        "--host-root",
+        "{base}/nonpu",
+        "--once",
+        "--nfd-dir",
+        "{base}/nfd",
+        says="no Rockchip NPU found",
+        code=1,
+        one_line=False,
+        base_args=False,
+    ),
     E(
         "exporter-env-interval-word",
         says="RKNPU_EXPORTER_INTERVAL",
@@ -441,6 +455,7 @@ def _run_all(table: Table) -> None:
 def _build_base(base: Path) -> None:
     make_host("rk3588-drm", base / "host")
     (base / "afile").write_text("a file where a folder belongs\n")
+    (base / "nonpu").mkdir()  # a host with no NPU
     (base / "adir.rknn").mkdir()
     (base / "probe.rknn").write_bytes(b"RKNN")
     (base / "model.onnx").write_bytes(b"onnx")
@@ -514,6 +529,31 @@ def test_a_bad_input_is_one_line_and_a_fix_before_anything_starts(row: Row, tabl
         assert len(lines) == 2, err
         assert lines[0].startswith(f"{_prog(row.program)}: error: "), err
         assert lines[1].startswith("  fix: "), err
+
+
+def test_the_exporter_says_a_missing_npu_once(table: Table) -> None:
+    err = table.results["exporter-once-no-npu"].stderr
+    assert err.count("no Rockchip NPU found") == 1, err
+    assert "WARNING" not in err, err
+
+
+@pytest.mark.parametrize("program", [PLUGIN, DRA, EXPORTER])
+def test_help_shows_each_default_once_and_never_pydantic_internals(program: str) -> None:
+    import importlib
+
+    module = importlib.import_module(
+        {PLUGIN: "rknpu_device_plugin._settings", DRA: "rknpu_dra_driver._settings", EXPORTER: program}[
+            program
+        ]
+    )
+    text = module.build_parser().format_help()
+    flat = " ".join(text.split())
+    assert "PydanticUndefined" not in flat
+    assert flat.count("(default:") == flat.count("(default: ") and "default: None" not in flat
+    for chunk in flat.split(" --")[1:]:  # one option's help
+        assert chunk.count("default:") <= 1, chunk
+    if program == DRA:
+        assert "(default: $NODE_NAME) (env RKNPU_DRA_NODE_NAME)" in flat
 
 
 def test_refusals_are_fast(table: Table) -> None:
