@@ -9,7 +9,7 @@ does for a package that is not installed) and, for a permission row, as the row'
 
 Protocol: run as a script; stdin is one JSON request per line ``{"id", "module", "args", "env",
 "block", "uid", "stderr", "timeout"}`` until EOF; stdout gets one JSON answer per request
-``{"id", "code", "seconds"}`` (``code`` null: killed at its timeout).
+``{"id", "code", "seconds", "cpu_seconds"}`` (``code`` null: killed at its timeout).
 """
 
 from __future__ import annotations
@@ -92,14 +92,13 @@ def main() -> None:
             code: int | None
             if fd not in ready:
                 os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                code = None
-            else:
-                _, status = os.waitpid(pid, 0)
-                code = os.waitstatus_to_exitcode(status)
+            _, status, usage = os.wait4(pid, 0)
+            code = os.waitstatus_to_exitcode(status) if fd in ready else None
             os.close(fd)
             del running[fd]
-            print(json.dumps({"id": request["id"], "code": code, "seconds": now - start}), flush=True)
+            answer = {"id": request["id"], "code": code, "seconds": now - start}
+            answer["cpu_seconds"] = usage.ru_utime + usage.ru_stime
+            print(json.dumps(answer), flush=True)
 
 
 if __name__ == "__main__":
