@@ -20,7 +20,7 @@
 # kept between runs). Each part is built under a temporary name, checked, stamped with the sha256 of
 # what built it, and only then renamed into place; a part whose stamp is missing or different, or that
 # fails its check, is deleted and rebuilt. One flock per suite serialises builders on the machine.
-# Needs root, debootstrap, qemu-user-static (binfmt_misc registered here if missing), flock, and a
+# Needs root, debootstrap, qemu-user-static (binfmt_misc registered by images/prepare-host.sh), flock, and a
 # host Python with pip ($PYTHON, default python3) to download the wheels. First build: debootstrap under
 # emulation, ~6-10 min per suite; then the copy + install only (~2-4 min).
 set -euo pipefail
@@ -61,10 +61,8 @@ for tool in debootstrap qemu-aarch64-static flock chroot; do
 done
 
 # arm64 binaries run through qemu via binfmt_misc (F flag: the interpreter works inside the chroot).
-if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
-  [ -e /proc/sys/fs/binfmt_misc/register ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
-  [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || cat /usr/lib/binfmt.d/qemu-aarch64.conf >/proc/sys/fs/binfmt_misc/register
-fi
+# The one host helper (locked, idempotent): two roots built side by side never race on the mount.
+bash images/prepare-host.sh binfmt >&2 || die "cannot prepare binfmt_misc for arm64 (see above)"
 
 in_root() { # ROOT CMD...: a clean environment; pip is offline, fed by /wheels
   local root=$1

@@ -89,6 +89,12 @@ image_exists() {
   esac
 }
 
+# --- the host: arm64 RUN steps run under qemu (binfmt_misc), and podman/buildah as root need the
+# --- containers.conf ulimit line; the one host helper does both (locked, idempotent)
+if [ "$platform" = linux/arm64 ] && [ "$engine" != docker ] && [ "$(id -u)" = 0 ]; then
+  bash images/prepare-host.sh binfmt containers >&2 || die "cannot prepare the host for arm64 builds (see above)"
+fi
+
 # --- the base --------------------------------------------------------------------------------------
 if [ "$base" = debootstrap ]; then
   [ "$platform" = linux/arm64 ] || die "--base debootstrap makes an arm64 base only; fix: --platform linux/arm64"

@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 from rknnlaunch import UsageError, __version__
 from rknnlaunch.npu import HostRoot, soc_by_name
-from rknpu_serverkit import ActorGroup, closing_actor, server_main
+from rknpu_serverkit import (
+    ActorGroup,
+    check_host_root,
+    check_modules,
+    check_readable_file,
+    check_writable_folder,
+    closing_actor,
+    parse_address,
+    server_main,
+)
 
 from ._events import NullEvents, PluginEvents, TeeEvents
 from ._files import write_atomic
@@ -40,7 +49,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings_from=settings_from,
         setup_logging=setup_logging,
         run=run,
+        preflight=preflight,
     )
+
+
+_PROBE_FIX = (
+    "use the probe image (images/plugin-probe), which has /opt/rknpu-probe/probe-<soc>.rknn, or point "
+    "--probe-model at a readable .rknn file (or leave it unset)"
+)
+
+
+def preflight(settings: PluginSettings) -> None:
+    """Every input checked before the plugin scans, binds or registers anything (exit 2)."""
+    needed = {"grpc": "the kubelet's gRPC API", "google.protobuf": "the kubelet's gRPC messages"}
+    if settings.inotify:
+        needed["inotify_simple"] = "--inotify (or pass --no-inotify)"
+    if settings.metrics_address:
+        needed["prometheus_client"] = "--metrics-address"
+    check_modules(needed, "pip install 'rknnlaunch[plugin]' (the plugin's image has it)")
+    check_host_root(settings.host_root)
+    check_writable_folder(settings.device_plugin_dir, "--device-plugin-dir")
+    if settings.cdi:
+        check_writable_folder(settings.cdi_dir, "--cdi-dir")
+    if settings.nfd_dir is not None:
+        check_writable_folder(settings.nfd_dir, "--nfd-dir")
+    if settings.metrics_address:
+        parse_address(settings.metrics_address)
+    if settings.probe_model is not None:
+        model = Path(settings.probe_model)
+        if "{soc}" not in settings.probe_model:
+            check_readable_file(model, "--probe-model", _PROBE_FIX)
+        elif not model.parent.is_dir():  # the file is per SoC, known after discovery: its folder now
+            check_readable_file(model.parent, "--probe-model's folder", _PROBE_FIX)
 
 
 def run(settings: PluginSettings) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode
 
 from rknpu_serverkit import (
     LOG_FORMATS,
@@ -21,6 +21,7 @@ from rknpu_serverkit import (
     check_device_paths,
     check_host_file,
     check_soc_name,
+    server_settings_config,
     settings_from_flags,
     split_device_list,
 )
@@ -37,7 +38,7 @@ _RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-
 class PluginSettings(BaseSettings):
     """Everything the device plugin can be told. Field docs are the `--help` texts."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+    model_config = server_settings_config(ENV_PREFIX)
 
     host_root: Path = Field(Path("/"), description="where the host's / is mounted (the DaemonSet uses /host)")
     device_plugin_dir: Path = Field(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 from rknnlaunch import __version__
 from rknnlaunch.npu import HostRoot, soc_by_name
@@ -14,6 +16,9 @@ from rknpu_serverkit import ActorGroup, closing_actor, server_main
 from ._log import LOGGER_NAME, get_logger, setup_logging
 from ._settings import PROG, DraSettings, build_parser, settings_from
 from ._slices import NodeFacts
+
+if TYPE_CHECKING:
+    from ._kube import KubeApi
 
 SHUTDOWN_JOIN_SECONDS = 1.5
 _log = get_logger()
@@ -30,7 +35,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings_from=settings_from,
         setup_logging=setup_logging,
         run=run,
+        preflight=_preflight,
     )
+
+
+def _preflight(settings: DraSettings) -> None:
+    """Every input checked before the lock is taken or a socket bound (exit 2 on a bad one)."""
+    from ._preflight import preflight
+
+    preflight(settings, os.environ)
 
 
 def node_facts(host: HostRoot, host_librknnrt: str | None) -> NodeFacts:
@@ -67,6 +80,25 @@ def _external_stop(stop: threading.Event | None) -> tuple[Callable[[], None], Ca
             pass
 
     return execute, done.set
+
+
+def start_api_client(api: KubeApi) -> Future[None]:
+    """Build the API client on a thread of its own; its outcome is the future's. Served as a task of
+    the serving group (``add_task(future.result)``), a client that cannot be built (a kubeconfig
+    that passed the start-up checks, yet is refused by the client) stops the driver with its one
+    line, instead of a driver that serves with no API."""
+    built: Future[None] = Future()
+
+    def connect() -> None:
+        try:
+            api.connect()
+        except BaseException as exc:  # every way it fails is the future's, and so the group's
+            built.set_exception(exc)
+        else:
+            built.set_result(None)
+
+    threading.Thread(target=connect, name="api-client", daemon=True).start()
+    return built
 
 
 def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
@@ -132,13 +164,14 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
         )
         api.on_ready = publisher.wake
         servers = KubeletServers(store, settings.driver_name, plugin_dir, settings.registration_dir)
-        api.start()  # the client loads while the sockets come up (prepared claims need no API)
+        api_built = start_api_client(api)  # it loads while the sockets come up (prepared claims need no API)
         servers.start()
         # Interrupts run in the order added: the sockets go first (the kubelet stops calling), then
         # the health and publishing loops; the slice is deleted once all have ended.
         serving = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)
         serving.add_signals()
         serving.add(*_external_stop(stop), name="stop")
+        serving.add_task(api_built.result, name="api-client")  # no client: the driver stops
         serving.add(*closing_actor(servers.stop), name="kubelet-servers")
         health_stop = threading.Event()
 
@@ -159,7 +192,8 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
             serving.run()
         finally:
             _log.info("stopping")
-            publisher.delete_all()
+            if api_built.done() and api_built.exception() is None:  # no client: nothing was published
+                publisher.delete_all()
     finally:
         _instance.release(lock)
     _log.info("stopped")

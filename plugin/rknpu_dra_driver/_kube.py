@@ -126,9 +126,11 @@ class KubeApi:
         return self._resource, self._core
 
     def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        resource, core = self._apis(what)
+        # Imported once the client is built: importing it beside `connect`'s import of the package
+        # (another thread) is a module-lock deadlock (_DeadlockError).
         from kubernetes.client.exceptions import ApiException
 
-        resource, core = self._apis(what)
         try:
             response = getattr(resource if method in _RESOURCE_CALLS else core, method)(
                 *args, _preload_content=False, _request_timeout=self.timeout, **kwargs

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode
 
 from rknpu_serverkit import (
     LOG_FORMATS,
@@ -22,6 +22,7 @@ from rknpu_serverkit import (
     check_device_paths,
     check_host_file,
     check_soc_name,
+    server_settings_config,
     settings_from_flags,
     split_device_list,
 )
@@ -46,7 +47,7 @@ def _env(name: str) -> str:
 class DraSettings(BaseSettings):
     """Everything the DRA driver can be told. Field docs are the `--help` texts."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+    model_config = server_settings_config(ENV_PREFIX)
 
     host_root: Path = Field(Path("/"), description="where the host's / is mounted (the DaemonSet uses /host)")
     node_name: str = Field(

@@ -1,15 +1,19 @@
 """rknpu_serverkit: the kit of the programs that serve (the device plugin, the exporter, next the DRA
-driver): lifecycle actors, stop signals, log lines, settings flags.
+driver): lifecycle actors, stop signals, log lines, settings flags, start-up checks.
 
-- **Lifecycle** (`ActorGroup`, `closing_actor`; module `rknpu_serverkit._group`): every long-lived
-  piece is an (execute, interrupt) pair; the first to return stops all, one way.
+- **Lifecycle** (`ActorGroup`, `ActorDied`, `closing_actor`; module `rknpu_serverkit._group`): every
+  long-lived piece is an (execute, interrupt) pair; the first to return stops all, one way, and a
+  thread that dies stops the server with one line (`ActorDied`), never leaving it half-running.
 - **Signals** (`StopEvent`, `stop_on_signals`, `end_server_process`; `rknpu_serverkit._signals`):
   SIGTERM and SIGINT are a clean stop (exit 0); the process ends without interpreter teardown.
 - **Logging** (`setup_logging`, `JsonFormatter`, `TextFormatter`, `MAX_LOG_LINE_CHARS`;
   `rknpu_serverkit._logging`): one bounded line per record, text or JSON.
+- **Start-up checks** (`check_host_root`, `check_writable_folder`, `check_readable_file`,
+  `check_modules`, `os_error_with_fix`; `rknpu_serverkit._preflight`): every input checked before a
+  server binds or registers anything (`server_main`'s ``preflight``), exit 2 with a fix.
 - **Settings flags** (`add_setting_flags`, `settings_from_flags`, `settings_error`, `LogLevel`,
-  `LogFormat`, `check_soc_name`; `rknpu_serverkit._flags`): one ``--flag`` per pydantic-settings
-  field, its environment twin named in ``--help`` and in errors.
+  `LogFormat`, `check_soc_name`, `server_settings_config`; `rknpu_serverkit._flags`): one ``--flag``
+  per pydantic-settings field, its environment twin named in ``--help`` and in errors.
 
 The exit-code table and `run_main` stay in the SDK (`rknnlaunch.run_main`, re-exported here with
 `UsageParser` and `describe_os_error`, so a server's ``main`` needs this one import): the
@@ -47,13 +51,23 @@ from ._flags import (
     check_device_paths,
     check_host_file,
     check_soc_name,
+    server_settings_config,
     settings_error,
     settings_from_flags,
     split_device_list,
 )
-from ._group import ActorGroup, closing_actor
+from ._group import ActorDied, ActorGroup, closing_actor
 from ._logging import MAX_LOG_LINE_CHARS, JsonFormatter, TextFormatter, setup_logging
 from ._main import ServerSettings, server_main
+from ._preflight import (
+    PERMISSION_FIX,
+    check_host_root,
+    check_modules,
+    check_readable_file,
+    check_writable_folder,
+    os_error_with_fix,
+    parse_address,
+)
 from ._signals import STOP_SIGNALS, StopEvent, end_server_process, stop_on_signals
 
 if TYPE_CHECKING:
@@ -72,6 +86,15 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "PERMISSION_FIX",
+    "ActorDied",
+    "check_host_root",
+    "check_modules",
+    "check_readable_file",
+    "check_writable_folder",
+    "os_error_with_fix",
+    "parse_address",
+    "server_settings_config",
     "LOG_FORMATS",
     "LOG_LEVELS",
     "MAX_LOG_LINE_CHARS",

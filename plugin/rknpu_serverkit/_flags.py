@@ -91,13 +91,33 @@ def add_setting_flags(
     choices = choices or {}
     for name, field in model.model_fields.items():
         flag = "--" + name.replace("_", "-")
-        help_text = f"{field.description} (default: {field.default}; env {env_prefix}{name.upper()})"
+        help_text = f"{field.description} ({_default_text(field)}env {env_prefix}{name.upper()})"
         if field.annotation is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
         elif name in choices:
             parser.add_argument(flag, choices=choices[name], type=str.lower, help=help_text)
         else:
             parser.add_argument(flag, metavar=name.upper(), type=types.get(name, str), help=help_text)
+
+
+def _default_text(field: Any) -> str:
+    """``default: X; `` for the help line; nothing when the description says it already or the
+    default is computed (a ``default_factory``: pydantic's own ``PydanticUndefined`` is no value)."""
+    if "(default:" in (field.description or "") or field.default_factory is not None:
+        return ""
+    if field.default is None:
+        return "default: unset; "
+    if isinstance(field.default, tuple):
+        return f"default: {','.join(map(str, field.default)) or 'none'}; "
+    return f"default: {field.default}; "
+
+
+def server_settings_config(env_prefix: str) -> Any:
+    """The servers' pydantic-settings config: ``env_prefix`` variables, unknown ones refused,
+    frozen, and no nan/inf for a number (``--health-interval nan`` must not pass as a value)."""
+    from pydantic_settings import SettingsConfigDict
+
+    return SettingsConfigDict(env_prefix=env_prefix, extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def settings_from_flags(model: type[_M], args: argparse.Namespace, env_prefix: str, prog: str) -> _M:
@@ -114,11 +134,24 @@ def settings_from_flags(model: type[_M], args: argparse.Namespace, env_prefix: s
 
 def settings_error(exc: ValidationError, env_prefix: str, prog: str) -> SettingsError:
     """A pydantic ValidationError as one `SettingsError`: each bad field as ``--flag (env VAR)``."""
-    problems = "; ".join(_describe(error["loc"], error["msg"], env_prefix) for error in exc.errors())
+    problems = "; ".join(
+        _describe(error["loc"], _MESSAGES.get(error["type"], error["msg"]), env_prefix)
+        for error in exc.errors()
+    )
     return SettingsError(
         f"invalid {prog} settings: {problems}",
         f"fix the flag or its {env_prefix}* environment variable (see {prog} --help)",
     )
+
+
+# pydantic's wording where it misleads: "Input should be a finite number" for nan reads as a range.
+_MESSAGES = {
+    "finite_number": "must be a finite number (not nan or inf)",
+    "float_parsing": "must be a number, e.g. 0.5",
+    "int_parsing": "must be a whole number, e.g. 2",
+    "int_from_float": "must be a whole number, e.g. 2",
+    "bool_parsing": "must be true or false",
+}
 
 
 def _describe(loc: tuple[int | str, ...], message: str, env_prefix: str) -> str:

@@ -14,6 +14,13 @@ actor's result, or raises its exception. Stop signals are one actor (`ActorGroup
 SIGTERM/SIGINT make it return None, so a signal ends the group cleanly. A piece that runs on
 threads of its own and only needs closing (a metrics HTTP server) is `closing_actor(close)`.
 
+Whatever ends, the whole group ends, never a half-running (zombie) server: an actor that raises
+ends the group with its error (a bug, anything but an `RknnLaunchError`, as `ActorDied`: one line
+naming the actor, its traceback at debug level), and so does any other thread of the process that
+dies of an uncaught exception while the group runs (a client's loader, a helper thread). A one-shot
+start step that may finish early (building an API client while the sockets come up) is a task
+(`ActorGroup.add_task`): its return does not end the group, its error does.
+
 A clean shutdown in one line each: a health loop, ``group.add(lambda: loop.run(stop), stop.set)``;
 a server, ``group.add(*closing_actor(server.stop))``; signals, ``group.add_signals()``.
 """
@@ -28,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rknnlaunch import RknnLaunchError
+
 from ._signals import StopEvent, stop_on_signals
 
 _log = logging.getLogger("rknpu_serverkit")
@@ -36,11 +45,29 @@ Execute = Callable[[], Any]
 Interrupt = Callable[[], None]
 
 
+class ActorDied(RknnLaunchError):
+    """An actor (or another thread of the server) died of an unexpected exception, ``error``."""
+
+    def __init__(self, name: str, error: BaseException) -> None:
+        super().__init__(
+            f"the {name} thread died: {type(error).__name__}: {_short(error)}; the server stops",
+            "this is a bug: report it with this line (--log-level debug logs the traceback)",
+        )
+        self.name = name
+        self.error = error
+
+
+def _short(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or "(no message)"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
 @dataclass
 class _Actor:
     name: str
     execute: Execute
     interrupt: Interrupt
+    task: bool = False  # a one-shot step: returning does not end the group, raising does
 
 
 @dataclass
@@ -69,6 +96,13 @@ class ActorGroup:
         if self._ran:
             raise RuntimeError("ActorGroup.add after run(): a group runs once")
         self._actors.append(_Actor(name or f"actor-{len(self._actors)}", execute, interrupt))
+
+    def add_task(self, execute: Execute, name: str | None = None, interrupt: Interrupt | None = None) -> None:
+        """Add a one-shot start step: it runs beside the actors; when it returns, the group goes on;
+        when it raises, the group ends with its error. It is not waited for on stop (its thread is
+        a daemon: a step that loads a library cannot be cut short)."""
+        self.add(execute, interrupt or (lambda: None), name)
+        self._actors[-1].task = True
 
     def add_signals(self, on_signal: Callable[[int], None] | None = None) -> StopEvent:
         """Add the stop-signal actor: SIGTERM or SIGINT make it return None (the group stops
@@ -105,8 +139,18 @@ class ActorGroup:
                 outcome.result = actor.execute()
             except BaseException as exc:  # every way an actor ends is an outcome, a bug too
                 outcome.error = exc
+            if actor.task and outcome.error is None:
+                return
             with lock:
                 outcomes.append(outcome)
+            settled.set()
+
+        def thread_died(args: threading.ExceptHookArgs) -> None:
+            # Any other thread's uncaught exception ends the group as an actor's would.
+            thread_name = args.thread.name if args.thread is not None else "?"
+            error = args.exc_value if args.exc_value is not None else args.exc_type()
+            with lock:
+                outcomes.append(_Outcome(_Actor(thread_name, lambda: None, lambda: None), error=error))
             settled.set()
 
         threads = [threading.Thread(target=body, args=(a,), name=a.name, daemon=True) for a in self._actors]
@@ -116,18 +160,27 @@ class ActorGroup:
             if signals is not None
             else contextlib.nullcontext(settled)
         ):
-            for thread in threads:
-                thread.start()
-            settled.wait()
-            with lock:
-                first = outcomes[0]
-            _log.debug("actor %s ended the group", first.actor.name)
-            self._interrupt_all()
-            self._wait_for(threads, outcomes, lock)
+            previous_hook = threading.excepthook
+            threading.excepthook = thread_died
+            try:
+                for thread in threads:
+                    thread.start()
+                settled.wait()
+                with lock:
+                    first = outcomes[0]
+                _log.debug("actor %s ended the group", first.actor.name)
+                self._interrupt_all()
+                self._wait_for(threads, outcomes, lock)
+            finally:
+                threading.excepthook = previous_hook
         settled.close()
-        if first.error is not None:
-            raise first.error
-        return first.result
+        error = first.error
+        if error is None:
+            return first.result
+        if isinstance(error, (RknnLaunchError, KeyboardInterrupt, SystemExit)):
+            raise error
+        _log.debug("the %s thread died", first.actor.name, exc_info=(type(error), error, error.__traceback__))
+        raise ActorDied(first.actor.name, error) from error
 
     def _interrupt_all(self) -> None:
         for actor in self._actors:
@@ -140,16 +193,17 @@ class ActorGroup:
         self, threads: list[threading.Thread], outcomes: list[_Outcome], lock: threading.Lock
     ) -> None:
         deadline = None if self.stop_timeout is None else time.monotonic() + self.stop_timeout
-        for thread in threads:
-            thread.join(None if deadline is None else max(deadline - time.monotonic(), 0.0))
+        for actor, thread in zip(self._actors, threads, strict=True):
+            if not actor.task:
+                thread.join(None if deadline is None else max(deadline - time.monotonic(), 0.0))
         with lock:
             ended = {id(outcome.actor) for outcome in outcomes}
         # An actor whose outcome is in has ended; its thread may still be on its way out (with a
-        # budget of 0 it often is): only actors with no outcome are left behind.
+        # budget of 0 it often is): only actors with no outcome are left behind (tasks are not waited for).
         left = [
             actor.name
             for actor, thread in zip(self._actors, threads, strict=True)
-            if thread.is_alive() and id(actor) not in ended
+            if thread.is_alive() and id(actor) not in ended and not actor.task
         ]
         if left:
             _log.warning(

@@ -9,6 +9,7 @@ from typing import Protocol, TypeVar
 
 from rknnlaunch import __version__, run_main
 
+from ._preflight import os_error_with_fix
 from ._signals import end_server_process
 
 
@@ -34,10 +35,13 @@ def server_main(
     settings_from: Callable[[argparse.Namespace], _S],
     setup_logging: Callable[[str, str], Callable[[], None]],
     run: Callable[[_S], int],
+    preflight: Callable[[_S], None] | None = None,
 ) -> int:
     """Run a server program: ``--version`` prints and exits 0; otherwise settings from the flags
-    (and their env twins), logging set up, ``run(settings)``, logging stopped; exit codes as in
-    `rknnlaunch.run_main` (0 clean stop, 1 failure, 2 bad settings). Run as the program (``argv``
+    (and their env twins), ``preflight(settings)`` (every input checked before anything is bound:
+    a `SettingsError` is exit 2, one line and its fix, before logging starts), logging set up,
+    ``run(settings)``, logging stopped; exit codes as in `rknnlaunch.run_main` (0 clean stop, 1
+    failure, 2 bad settings), a permission error with its fix line. Run as the program (``argv``
     None), the process ends here, without interpreter teardown (`end_server_process`)."""
 
     def body(args_list: Sequence[str]) -> int:
@@ -46,11 +50,19 @@ def server_main(
             print(f"{prog} {__version__}")
             return 0
         settings = settings_from(args)
-        stop_logging = setup_logging(settings.log_format, settings.log_level)
         try:
-            return run(settings)
-        finally:
-            stop_logging()
+            if preflight is not None:
+                preflight(settings)
+            stop_logging = setup_logging(settings.log_format, settings.log_level)
+            try:
+                return run(settings)
+            finally:
+                stop_logging()
+        except OSError as exc:
+            better = os_error_with_fix(exc)
+            if better is None:
+                raise
+            raise better from None
 
     if argv is not None:
         return run_main(prog, lambda: body(argv), logger_name)

@@ -69,17 +69,18 @@ class StopEvent(threading.Event):
 def stop_on_signals(
     stop: StopEvent, on_signal: Callable[[int], None] | None = None, wake: StopEvent | None = None
 ) -> Iterator[StopEvent]:
-    """Within the block, SIGTERM and SIGINT set ``stop`` (a server's clean stop); handlers are
-    restored after. A signal the kernel hands to another thread wakes ``wake`` (default ``stop``),
-    the event the main thread sleeps on. Off the main thread (tests) signals cannot be handled:
-    nothing is installed."""
+    """Within the block, SIGTERM and SIGINT set ``stop`` (a server's clean stop; ``on_signal`` is
+    called for the first only); handlers are restored after. A signal the kernel hands to another
+    thread wakes ``wake`` (default ``stop``), the event the main thread sleeps on. Off the main
+    thread (tests) signals cannot be handled: nothing is installed."""
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
 
     def handle(signum: int, frame: FrameType | None) -> None:
+        first = not stop.is_set()
         stop.set()
-        if on_signal is not None:
+        if on_signal is not None and first:  # a second SIGTERM is the same stop: said once
             on_signal(signum)
 
     previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from rknpu_serverkit import ActorGroup, closing_actor
+from rknnlaunch import RknnLaunchError
+from rknpu_serverkit import ActorDied, ActorGroup, closing_actor
 
 
 class Boom(Exception):
@@ -63,8 +64,11 @@ def test_the_first_actor_to_end_decides_and_every_actor_is_interrupted_once(
     for actor in actors:
         group.add(actor.execute, actor.interrupt, name=actor.name)
     if isinstance(outcome, Exception):
-        with pytest.raises(type(outcome), match=str(outcome)):
+        # A bug in an actor ends the group as one error naming the thread, the exception kept.
+        with pytest.raises(ActorDied, match=f"the {outcome} thread died: Boom: {outcome}") as caught:
             group.run()
+        assert isinstance(caught.value.error, Boom)
+        assert caught.value.fix is not None
     else:
         assert group.run() == outcome
     assert [actor.interrupts for actor in actors] == [1] * len(actors)
@@ -146,3 +150,39 @@ def test_a_closing_actor_closes_on_its_own_thread_after_the_interrupt() -> None:
     group.add(lambda: "done", lambda: None, name="quick")
     assert group.run() == "done"
     assert closed_on == ["server"]
+
+
+def test_a_task_may_end_early_but_its_error_ends_the_group() -> None:
+    blocker = Actor("b0", "block")
+    group = ActorGroup(stop_timeout=2)
+    group.add(blocker.execute, blocker.interrupt, name=blocker.name)
+    done = threading.Event()
+    group.add_task(done.set, name="t-ok")
+
+    def fail_after_ok() -> None:
+        done.wait()
+        raise RknnLaunchError("no API client", "pass --kubeconfig")
+
+    group.add_task(fail_after_ok, name="t-fail")
+    with pytest.raises(RknnLaunchError, match="no API client"):  # its own line, not wrapped
+        group.run()
+    assert blocker.interrupts == 1
+
+
+def test_any_thread_that_dies_while_the_group_runs_ends_it() -> None:
+    blocker = Actor("b1", "block")
+    group = ActorGroup(stop_timeout=2)
+    group.add(blocker.execute, blocker.interrupt, name=blocker.name)
+
+    def start_a_doomed_helper() -> None:
+        def doomed() -> None:
+            raise KeyError("cluster")
+
+        threading.Thread(target=doomed, name="api-loader", daemon=True).start()
+
+    group.add_task(start_a_doomed_helper, name="starter")
+    hook = threading.excepthook
+    with pytest.raises(ActorDied, match="the api-loader thread died: KeyError: 'cluster'"):
+        group.run()
+    assert blocker.interrupts == 1
+    assert threading.excepthook is hook  # the process's hook is back

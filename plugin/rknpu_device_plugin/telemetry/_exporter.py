@@ -10,14 +10,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings
 
 from rknnlaunch import RknnLaunchError, __version__
 from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec, soc_by_name
@@ -29,17 +29,19 @@ from rknpu_serverkit import (
     LogLevel,
     UsageParser,
     add_setting_flags,
+    check_host_root,
+    check_modules,
     check_soc_name,
+    check_writable_folder,
     describe_os_error,
-    end_server_process,
-    run_main,
+    parse_address,
+    server_main,
+    server_settings_config,
     settings_from_flags,
 )
 
 from .._log import LOGGER_NAME, setup_logging
 from ..devices import DEFAULT_RESOURCE_NAME, discover_on_node
-from ._collector import NpuCollector, build_registry
-from ._http import MetricsServer
 from ._nfd import (
     DEFAULT_FEATURES_DIR,
     describe_labels,
@@ -49,6 +51,9 @@ from ._nfd import (
     write_textfile,
 )
 from ._podresources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesClient
+
+if TYPE_CHECKING:  # prometheus-client loads once the settings are checked (`preflight`)
+    from ._http import MetricsServer
 
 ENV_PREFIX = "RKNPU_EXPORTER_"
 PROG = "rknpu-exporter"
@@ -63,7 +68,7 @@ log = logging.getLogger("rknpu_device_plugin.exporter")
 class ExporterSettings(BaseSettings):
     """Everything rknpu-exporter can be told. Field descriptions are the `--help` texts."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+    model_config = server_settings_config(ENV_PREFIX)
 
     host_root: Path = Field(Path("/"), description="where the host's / is mounted (a DaemonSet uses /host)")
     metrics_address: str | None = Field(
@@ -140,17 +145,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def settings_from(args: argparse.Namespace) -> ExporterSettings:
+    return settings_from_flags(ExporterSettings, args, ENV_PREFIX, PROG)
+
+
 def parse_settings(argv: Sequence[str]) -> ExporterSettings:
     """Flags override the environment; raises UsageError naming what is wrong."""
-    return settings_from_flags(ExporterSettings, build_parser().parse_args(list(argv)), ENV_PREFIX, PROG)
+    return settings_from(build_parser().parse_args(list(argv)))
+
+
+def preflight(settings: ExporterSettings) -> None:
+    """Every input checked before the first discovery or the metrics port is bound (exit 2)."""
+    needed = {"prometheus_client": "metrics and the textfile"}
+    if settings.pod_resources_socket and (settings.metrics_address or settings.textfile_dir):
+        needed |= {
+            "grpc": "pod attribution (or --pod-resources-socket '')",
+            "google.protobuf": "pod attribution",
+        }
+    check_modules(needed, "pip install 'rknnlaunch[plugin]'")
+    check_host_root(settings.host_root)
+    if settings.metrics_address:
+        parse_address(settings.metrics_address)
+    if settings.nfd_dir is not None:
+        check_writable_folder(settings.nfd_dir, "--nfd-dir")
+    if settings.textfile_dir is not None:
+        check_writable_folder(settings.textfile_dir, "--textfile-dir")
 
 
 class Discovery:
     """The latest discovery result, refreshed by the write loop and read by scrapes (thread-safe)."""
 
-    def __init__(self, host: HostRoot, soc_hint: SocSpec | None) -> None:
+    def __init__(self, host: HostRoot, soc_hint: SocSpec | None, say_missing: bool = True) -> None:
         self.host = host
         self.soc_hint = soc_hint
+        self.say_missing = say_missing
+        """False (--once): the caller ends with the error, so it is said once, not also as a warning."""
         self._lock = threading.Lock()
         self._info: NpuInfo | None = None
         self._error: RknnLaunchError | None = None
@@ -170,7 +199,7 @@ class Discovery:
                 log.info("NPU found: %s", describe_labels(nfd_labels(info)))
                 for note in info.notes:
                     log.warning("%s", note)
-        elif str(error) != self._said_error:
+        elif str(error) != self._said_error and self.say_missing:
             log.warning("no usable NPU: %s", error)
         self._said_error = None if error is None else str(error)
         return info
@@ -189,9 +218,11 @@ class Exporter:
     """The write loop and the optional metrics server, sharing one collector."""
 
     def __init__(self, settings: ExporterSettings, now: Callable[[], datetime] | None = None) -> None:
+        from ._collector import NpuCollector, build_registry
+
         self.settings = settings
         self.host = HostRoot(settings.host_root)
-        self.discovery = Discovery(self.host, settings.soc_hint())
+        self.discovery = Discovery(self.host, settings.soc_hint(), say_missing=not settings.once)
         self._now = now or (lambda: datetime.now(timezone.utc))
         socket_path = settings.pod_resources_socket
         self.pod_resources = PodResourcesClient(socket_path, settings.resource_name) if socket_path else None
@@ -203,6 +234,9 @@ class Exporter:
     def start(self) -> None:
         self.discovery.refresh()
         if self.settings.metrics_address:
+            from ._collector import build_registry
+            from ._http import MetricsServer
+
             self.server = MetricsServer(self.settings.metrics_address, build_registry(self.collector))
 
     def write_outputs(self) -> NpuInfo | None:
@@ -258,17 +292,22 @@ def _writing(what: str, flag: str, folder: Path) -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run rknpu-exporter; exit codes as in `rknnlaunch.run_main` (0 ok or a clean stop on
-    SIGTERM/SIGINT, 1 no usable NPU with --once or an unwritable output, 2 usage). Run as the
-    program (``argv`` None), the process ends here, without interpreter teardown."""
-    if argv is not None:
-        return run_main(PROG, lambda: _main(argv), LOGGER_NAME)
-    end_server_process(run_main(PROG, lambda: _main(sys.argv[1:]), LOGGER_NAME))
+    """Run rknpu-exporter (`rknpu_serverkit.server_main`): exit codes as in `rknnlaunch.run_main`
+    (0 ok or a clean stop on SIGTERM/SIGINT, 1 no usable NPU with --once or an unwritable output,
+    2 bad settings); run as the program (``argv`` None), the process ends there."""
+    return server_main(
+        argv,
+        prog=PROG,
+        logger_name=LOGGER_NAME,
+        build_parser=build_parser,
+        settings_from=settings_from,
+        setup_logging=setup_logging,
+        run=run,
+        preflight=preflight,
+    )
 
 
-def _main(argv: Sequence[str]) -> int:
-    settings = parse_settings(argv)
-    stop_logging = setup_logging(settings.log_format, settings.log_level)
+def run(settings: ExporterSettings) -> int:
     exporter = Exporter(settings)
     try:
         if settings.once:
@@ -292,7 +331,6 @@ def _main(argv: Sequence[str]) -> int:
         return 0
     finally:
         exporter.close()
-        stop_logging()
 
 
 def _said_stopping(signum: int) -> None:

@@ -19,6 +19,7 @@ from prometheus_client.exposition import make_wsgi_app
 
 from rknnlaunch import UsageError
 from rknnlaunch.npu import HostRoot, NpuInfo
+from rknpu_serverkit import parse_address as _parse_address
 
 from ._collector import NpuCollector, build_registry
 from ._podresources import PodResourcesClient
@@ -37,19 +38,9 @@ _STOP_JOIN_SECONDS = 0.5
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """``"host:port"``, ``":9101"`` (all interfaces), ``"[::1]:9101"`` or ``"9101"`` -> (host, port)."""
-    text = address.strip()
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        host, port_text = "", text
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not port_text.isdigit() or int(port_text) > 65535:
-        raise UsageError(
-            f"metrics address {address!r} is not host:port",
-            "use e.g. ':9101' (all interfaces), '127.0.0.1:9101' or '[::]:9101'",
-        )
-    return host or "0.0.0.0", int(port_text)
+    """``"host:port"``, ``":9101"`` (all interfaces), ``"[::1]:9101"`` or ``"9101"`` -> (host, port)
+    (the servers' one parser, `rknpu_serverkit.parse_address`)."""
+    return _parse_address(address)
 
 
 class _LogStream:

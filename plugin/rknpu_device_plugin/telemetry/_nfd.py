@@ -16,13 +16,14 @@ import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import generate_latest
+from typing import TYPE_CHECKING
 
 from rknnlaunch.npu import NpuInfo
 
 from .._files import write_atomic
+
+if TYPE_CHECKING:  # prometheus-client loads with the textfile (the exporter checks it is installed first)
+    from prometheus_client import CollectorRegistry
 
 DEFAULT_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 FEATURE_FILE_NAME = "rknpu"
@@ -133,6 +134,8 @@ def remove_feature_file(features_dir: str | os.PathLike[str]) -> bool:
 
 def textfile_text(registry: CollectorRegistry) -> str:
     """The registry in Prometheus text format, as node-exporter's textfile collector reads it."""
+    from prometheus_client.exposition import generate_latest
+
     return generate_latest(registry).decode("utf-8")
 
 

@@ -1,0 +1,150 @@
+"""images/prepare-host.sh: the host setup is idempotent and race-free (issue 28: two arm64 root builds
+on a fresh VM both mounted binfmt_misc, and the loser died with "already mounted").
+
+The race is played for real: each test runs in an unshared user and mount namespace (Linux >= 6.7
+gives such a namespace its own binfmt_misc instance), against a private procfs root where
+binfmt_misc is not mounted, so the machine's own registrations are never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PREPARE_HOST = REPO / "images" / "prepare-host.sh"
+# A registration of our own (not qemu's): the F flag opens the interpreter at registration, as qemu's does.
+TEST_REGISTRATION = ":rknnlaunch-test:M::RKNNTEST::/bin/sh:F\n"
+
+
+def _unshare_works() -> str | None:
+    if shutil.which("unshare") is None:
+        return "no unshare (util-linux)"
+    probe = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "true"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if probe.returncode != 0:
+        return f"unprivileged user namespaces are off here: {probe.stderr.strip()}"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_unshare_works() is not None, reason=str(_unshare_works()))
+
+
+def _host(tmp_path: Path, name: str) -> dict[str, str]:
+    """A fresh fake host: a procfs root with an empty, unmounted binfmt_misc folder."""
+    root = tmp_path / name
+    (root / "proc" / "sys" / "fs" / "binfmt_misc").mkdir(parents=True)
+    conf = root / "binfmt.conf"
+    conf.write_text("# as /usr/lib/binfmt.d files carry a comment\n" + TEST_REGISTRATION)
+    return {
+        "RKNNLAUNCH_PROCFS": str(root / "proc"),
+        "RKNNLAUNCH_BINFMT_CONF": str(conf),
+        "RKNNLAUNCH_CONTAINERS_CONF": str(root / "etc" / "containers" / "containers.conf"),
+        "RKNNLAUNCH_HOST_LOCK": str(root / "prepare-host.lock"),
+    }
+
+
+def _in_namespace(script: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _exports(env: dict[str, str]) -> str:
+    return " ".join(f"{key}='{value}'" for key, value in env.items())
+
+
+@pytest.mark.parametrize("lock", ["flock", "no lock"])
+def test_two_setups_side_by_side_on_an_unregistered_host_both_succeed_20_times(
+    tmp_path: Path, lock: str
+) -> None:
+    # Without the lock the already-done rule alone must hold: the loser of the mount race sees
+    # "already mounted", the loser of the registration "File exists", and both count as done.
+    rounds = []
+    for round_number in range(20):
+        env = _host(tmp_path, f"round{round_number}")
+        if lock == "no lock":
+            env["RKNNLAUNCH_HOST_LOCK"] = "none"
+        log = tmp_path / f"round{round_number}"
+        rounds.append(
+            f"{_exports(env)} bash {PREPARE_HOST} binfmt containers >{log}/a.log 2>&1 & a=$!\n"
+            f"{_exports(env)} bash {PREPARE_HOST} binfmt containers >{log}/b.log 2>&1 & b=$!\n"
+            f"wait $a; echo round{round_number} a=$?; wait $b; echo round{round_number} b=$?\n"
+            f"cat {env['RKNNLAUNCH_PROCFS']}/sys/fs/binfmt_misc/rknnlaunch-test | head -n 1\n"
+        )
+    done = _in_namespace("".join(rounds))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    failed = [line for line in lines if line.startswith("round") and not line.endswith("=0")]
+    errors = [path.read_text() for path in tmp_path.glob("round*/*.log") if "fix:" in path.read_text()]
+    assert not failed, (failed, errors)
+    assert lines.count("enabled") == 20, done.stdout
+    for round_number in range(20):
+        conf = Path(_host_conf(tmp_path, round_number)).read_text()
+        assert conf.count("default_ulimits = []") == 1, conf
+
+
+def _host_conf(tmp_path: Path, round_number: int) -> str:
+    return str(tmp_path / f"round{round_number}" / "etc" / "containers" / "containers.conf")
+
+
+def test_a_second_run_finds_everything_done(tmp_path: Path) -> None:
+    env = _host(tmp_path, "host")
+    run = f"{_exports(env)} bash {PREPARE_HOST} binfmt containers"
+    done = _in_namespace(f"{run} && {run}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("rknnlaunch-test registered") == 2
+    assert "already sets default_ulimits" in done.stdout
+
+
+def test_containers_conf_keeps_an_existing_section(tmp_path: Path) -> None:
+    env = _host(tmp_path, "host")
+    conf = Path(env["RKNNLAUNCH_CONTAINERS_CONF"])
+    conf.parent.mkdir(parents=True)
+    conf.write_text('[engine]\nevents_logger = "file"\n\n[containers]\nlog_driver = "k8s-file"\n')
+    done = subprocess.run(
+        ["bash", str(PREPARE_HOST), "containers"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    text = conf.read_text()
+    assert text.count("[containers]") == 1
+    assert text.index("default_ulimits = []") > text.index("[containers]") > text.index("[engine]")
+
+
+def test_a_missing_registration_file_names_the_package(tmp_path: Path) -> None:
+    env = _host(tmp_path, "host")
+    env["RKNNLAUNCH_BINFMT_CONF"] = str(tmp_path / "nope.conf")
+    done = _in_namespace(f"{_exports(env)} bash {PREPARE_HOST} binfmt")
+    assert done.returncode == 1
+    assert "fix: apt-get install qemu-user-static" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_unknown_part_is_refused_with_the_parts(tmp_path: Path) -> None:
+    done = subprocess.run(["bash", str(PREPARE_HOST), "binfmat"], capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    assert "unknown part 'binfmat'; fix: one or more of packages, binfmt, containers" in done.stderr
+
+
+@pytest.mark.parametrize("script", ["arm64-root.sh", "build.sh"])
+def test_the_image_scripts_call_the_one_helper(script: str) -> None:
+    # When run alone they prepare the host through the same helper, never a mount of their own.
+    text = (REPO / "images" / script).read_text()
+    assert "images/prepare-host.sh" in text
+    assert "mount -t binfmt_misc" not in text
