@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 PROTO_ROOT = REPO / "proto"
 OUT_ROOT = REPO / "plugin" / "rknpu_device_plugin" / "_kubeapi"
 PROTOS = ("deviceplugin/v1beta1/api.proto", "podresources/v1/api.proto")
-# The DRA driver's kubelet APIs (plugin registration, DRA v1 and v1beta1, DRA health) get a folder of their own.
+# The DRA driver's kubelet APIs (registration, DRA v1 and v1beta1, DRA health) get a folder of their own.
 DRA_OUT_ROOT = REPO / "plugin" / "rknpu_dra_driver" / "_kubeapi"
 DRA_PROTOS = (
     "dra/v1/api.proto",

@@ -65,8 +65,9 @@ def claim_spec(
     }
 
 
-def write_claim_spec(path: Path, spec: dict[str, object]) -> None:
-    write_atomic(path, json.dumps(spec, indent=2, sort_keys=True))
+def write_claim_spec(path: Path, spec: dict[str, object], durable: bool = True) -> None:
+    """``durable`` False: no fsync (the DRA driver's prepare: its checkpoint is the one durable write)."""
+    write_atomic(path, json.dumps(spec, indent=2, sort_keys=True), durable=durable)
 
 
 def remove_claim_spec(path: Path) -> bool:
