@@ -19,8 +19,8 @@ def error_reason(message: str) -> str:
     """A bounded label for a per-claim error (the message itself goes to the log)."""
     text = message.lower()
     for needle, reason in (
-        ("api server", "api"),
         ("does not exist", "claim_gone"),
+        ("from the api server", "api"),
         ("not allocated", "not_allocated"),
         ("does not offer", "device_not_offered"),
         ("another node", "other_node"),

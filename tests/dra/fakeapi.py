@@ -43,6 +43,9 @@ class FakeApiServer:
         self.minor = minor
         self.events: list[tuple[str, dict[str, Any]]] = []
         """Every slice change as a watch event, in order (watches replay from here)."""
+        self.event_times: list[float] = []
+        self.device_counts: list[int] = []
+        """After each event: the devices all slices offer (how long a node had none)."""
         self.watching = 0
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
@@ -122,8 +125,12 @@ class FakeApiServer:
             self.claims[(namespace, name)] = claim
 
     def slice_event(self, kind: str, obj: dict[str, Any]) -> None:
-        """Record a change (call with the lock held)."""
+        """Record a change (call with the lock held), and when it happened."""
         self.events.append((kind, copy.deepcopy(obj)))
+        self.event_times.append(time.monotonic())
+        self.device_counts.append(
+            sum(len((s.get("spec") or {}).get("devices") or []) for s in self.slices.values())
+        )
 
     def put_slice(self, name: str, edit: Any) -> None:
         """Someone else edits a slice: ``edit(slice)`` changes it in place (a new resourceVersion)."""
@@ -146,6 +153,25 @@ class FakeApiServer:
                 self.slice_event("DELETED", self.slices.pop(name))
             self.changed.notify_all()
         return gone
+
+    def longest_without_devices(self, since: float, until: float) -> float:
+        """The longest stretch in [since, until] during which no slice offered a device."""
+        with self.lock:
+            points = list(zip(self.event_times, self.device_counts, strict=True))
+        longest, empty_from = 0.0, None
+        count_before = next((c for t, c in reversed(points) if t < since), 0)
+        if count_before == 0:
+            empty_from = since
+        for at, count in points:
+            if at < since or at > until:
+                continue
+            if count == 0 and empty_from is None:
+                empty_from = at
+            elif count > 0 and empty_from is not None:
+                longest, empty_from = max(longest, at - empty_from), None
+        if empty_from is not None:
+            longest = max(longest, until - empty_from)
+        return longest
 
     def wait_watching(self, count: int = 1, timeout: float = 60.0) -> None:
         with self.changed:
