@@ -280,3 +280,99 @@ def test_start_to_slice_is_quick(rig: DriverRig) -> None:
     rig.start()
     rig.api.wait_slices(_three, timeout=10)
     print(f"\nstart to slice (in process) {time.monotonic() - began:.3f} s")
+
+
+def test_a_core_failing_its_probe_reads_unhealthy_within_1_s(rig: DriverRig) -> None:
+    from rknnlaunch.npu import HostRoot
+    from rknpu_device_plugin import NullEvents
+    from rknpu_device_plugin.devices import ResourceManager
+    from rknpu_dra_driver._grpc import KubeletServers
+    from rknpu_dra_driver._health import HealthBoard
+    from rknpu_dra_driver._kube import KubeApi
+    from rknpu_dra_driver._store import ClaimStore
+
+    resources = ResourceManager(HostRoot(rig.host_root), NullEvents())
+    resources.scan()
+    store = ClaimStore(KubeApi("", 1.0), resources, DRIVER, NODE, rig.plugin_dir, rig.cdi_dir)
+    board = HealthBoard(resources, NODE)
+    servers = KubeletServers(store, board, DRIVER, rig.plugin_dir, rig.settings.registration_dir)
+    servers.start()
+    try:
+        kubelet = KubeletStub(rig.settings.registration_dir, DRIVER)
+        kubelet.register()
+        stream, changed, state = _health(kubelet)
+        with changed:
+            assert changed.wait_for(lambda: set(state.values()) == {health_pb.HEALTHY}, 10)
+        began = time.monotonic()
+        resources.set_probe_failures({1: "the probe hung"})  # what ProbeLoop reports for core 1
+        with changed:
+            assert changed.wait_for(lambda: state["npu-core-1"] == health_pb.UNHEALTHY, 5)
+        failed = time.monotonic() - began
+        assert state["npu-core-0"] == state["npu-core-2"] == health_pb.HEALTHY
+        began = time.monotonic()
+        resources.set_probe_failures({})
+        with changed:
+            assert changed.wait_for(lambda: state["npu-core-1"] == health_pb.HEALTHY, 5)
+        recovered = time.monotonic() - began
+        print(f"\nprobe health: UNHEALTHY after {failed:.4f} s, HEALTHY after {recovered:.4f} s")
+        stream.cancel()
+        kubelet.close()
+        assert failed <= 1.0 and recovered <= 1.0
+    finally:
+        servers.stop()
+        store.close()
+
+
+def test_the_official_client_transport_publishes_watches_and_prepares(rig: DriverRig) -> None:
+    rig.settings = rig.settings.model_copy(update={"api_client": "kubernetes-client"})
+    kubelet = rig.start()
+    (name,) = rig.api.wait_slices(_three)
+    rig.api.wait_watching()
+    rig.api.put_slice(name, lambda s: s["spec"].update(devices=[]))
+    rig.api.wait_slices(_three, timeout=5)
+    rig.api.add_claim("default", "c", UID, results("npu-core-0"))
+    assert kubelet.prepare([("default", "c", UID)]).claims[UID].error == ""
+    missing = str(uuid.uuid4())
+    assert "does not exist" in kubelet.prepare([("default", "gone", missing)]).claims[missing].error
+
+
+def test_the_light_transport_reads_a_kubeconfig(tmp_path: Any) -> None:
+
+    from rknpu_dra_driver._rest import light_endpoint
+
+    (tmp_path / "token").write_text("secret\n")
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "c",
+                "cluster": {"server": "https://api.example:6443/base", "insecure-skip-tls-verify": True},
+            }
+        ],
+        "users": [
+            {"name": "u", "user": {"tokenFile": "token"}},
+            {"name": "x", "user": {"exec": {"command": "aws"}}},
+        ],
+        "contexts": [
+            {"name": "a", "context": {"cluster": "c", "user": "u"}},
+            {"name": "b", "context": {"cluster": "c", "user": "x"}},
+        ],
+        "current-context": "a",
+    }
+    import json
+
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps(config))
+    endpoint = light_endpoint(str(path), "", "")
+    assert endpoint is not None
+    assert (endpoint.scheme, endpoint.host, endpoint.port, endpoint.base_path) == (
+        "https",
+        "api.example",
+        6443,
+        "/base",
+    )
+    assert endpoint.token_file == str(tmp_path / "token")
+    config["current-context"] = "b"  # exec credentials: the official client's job
+    path.write_text(json.dumps(config))
+    assert light_endpoint(str(path), "", "") is None
