@@ -209,13 +209,15 @@ class _HttpStream:
 
 
 class HttpTransport:
-    """One kept-alive connection per calling thread (the kubelet's calls, the publisher)."""
+    """A pool of kept-alive connections: a call takes an idle one (or opens one) and gives it back,
+    so there are as many as calls ever ran at once (one, for the kubelet's serialized prepares)."""
 
     name = "light"
 
     def __init__(self, endpoint: Endpoint) -> None:
         self._endpoint = endpoint
-        self._local = threading.local()
+        self._idle: list[http.client.HTTPConnection] = []
+        self._idle_lock = threading.Lock()
         self._token = endpoint.token
         self._token_read = 0.0
         self._token_lock = threading.Lock()
@@ -260,13 +262,15 @@ class HttpTransport:
     def request(
         self, verb: str, path: str, query: Query, body: Mapping[str, Any] | None, timeout: float
     ) -> bytes:
-        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
-        if conn is not None and _dropped(conn):
-            conn.close()
-            conn = None
+        conn: http.client.HTTPConnection | None = None
+        with self._idle_lock:
+            while self._idle and conn is None:
+                conn = self._idle.pop()
+                if _dropped(conn):
+                    conn.close()
+                    conn = None
         if conn is None:
             conn = self._connect(timeout)
-            self._local.conn = conn
         try:
             if conn.sock is not None:
                 conn.sock.settimeout(timeout)
@@ -276,11 +280,12 @@ class HttpTransport:
             data = response.read()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
-            self._local.conn = None
             raise HttpError(f"{type(exc).__name__}: {exc}") from None
         if response.will_close:
             conn.close()
-            self._local.conn = None
+        else:
+            with self._idle_lock:
+                self._idle.append(conn)
         if response.status >= 400:
             raise HttpError(response.reason, response.status, data)
         return data

@@ -376,3 +376,28 @@ def test_the_light_transport_reads_a_kubeconfig(tmp_path: Any) -> None:
     config["current-context"] = "b"  # exec credentials: the official client's job
     path.write_text(json.dumps(config))
     assert light_endpoint(str(path), "", "") is None
+
+
+def test_two_instances_share_one_checkpoint_and_nothing_else(rig: DriverRig) -> None:
+    from rknnlaunch.npu import HostRoot
+    from rknpu_device_plugin import NullEvents
+    from rknpu_device_plugin.devices import ResourceManager
+    from rknpu_dra_driver._claims import ClaimRef
+    from rknpu_dra_driver._kube import KubeApi
+    from rknpu_dra_driver._store import ClaimStore
+
+    rig.api.add_claim("default", "c", UID, results("npu-core-1"))
+    resources = ResourceManager(HostRoot(rig.host_root), NullEvents())
+    resources.scan()
+    api = KubeApi(rig.settings.kubeconfig, 5.0)
+    api.connect()
+    old, new = (ClaimStore(api, resources, DRIVER, NODE, rig.plugin_dir, rig.cdi_dir) for _ in range(2))
+    ref = ClaimRef("default", "c", UID)
+    assert old.prepare(ref).claim is not None
+    assert set(new.claims) == {UID}  # the old instance's prepare, seen by the new one
+    assert new.unprepare(ref) == ""
+    assert old.claims == {} and list(rig.cdi_dir.glob("*.json")) == []
+    assert old.prepare(ref).claim is not None  # prepared again, not answered from a memory
+    assert len(list(rig.cdi_dir.glob("*.json"))) == 1
+    old.close()
+    new.close()
