@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rknpu_device_plugin.devices import ResourceManager
 
+from ._booking import conflicts
 from ._cdi import (
     cdi_device_id,
     claim_spec,
@@ -24,7 +25,7 @@ from ._checkpoint import CHECKPOINT_NAME, CheckpointError, load, save
 from ._claims import ClaimError, ClaimRef, PreparedClaim, our_devices
 from ._kube import ApiError, KubeApi
 from ._log import get_logger
-from ._slices import offered_devices
+from ._slices import all_offered_devices
 
 _log = get_logger("claims")
 
@@ -138,13 +139,16 @@ class ClaimStore:
         if claim is None:
             raise ClaimError(f"{ref.describe()} does not exist on the API server (deleted?)")
         devices = our_devices(
-            ref, claim, self.driver_name, self.node_name, offered_devices(info, state.health)
+            ref, claim, self.driver_name, self.node_name, all_offered_devices(info, state.health)
         )
 
         prepared = PreparedClaim(ref, devices, cdi_device_id(self.driver_name, ref.uid))
         with self._lock:
             if ref.uid in self._claims:  # a concurrent call won
                 return self._claims[ref.uid]
+            clash = conflicts(self._claims, prepared)
+            if clash is not None:
+                raise ClaimError(clash)
             path = spec_path(self.cdi_dir, self.driver_name, ref.uid)
             try:
                 write_claim_spec(path, self._spec(prepared))
