@@ -86,7 +86,7 @@ class Bench:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=run, args=(self.settings, self.stop), daemon=True)
         self.thread.start()
-        kubelet = KubeletStub(self.settings.registration_dir / f"{DRIVER}-reg.sock")
+        kubelet = KubeletStub(self.settings.registration_dir, DRIVER)
         kubelet.register()
         return kubelet
 
@@ -211,7 +211,7 @@ class Bench:
             began = time.perf_counter()
             process = subprocess.Popen(args, env=env)
             try:
-                kubelet = KubeletStub(self.settings.registration_dir / f"{DRIVER}-reg.sock")
+                kubelet = KubeletStub(self.settings.registration_dir, DRIVER)
                 kubelet.register()
                 # Serving: a prepared claim answered (from the checkpoint: the API client may still load).
                 if kubelet.prepare([("bench", "kept", self.kept_uid)]).claims[self.kept_uid].error:

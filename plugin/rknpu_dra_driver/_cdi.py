@@ -133,8 +133,9 @@ def claim_from_spec(spec: Mapping[str, object], driver_name: str) -> PreparedCla
     return PreparedClaim(ref, tuple(allocated), cdi_device_id(driver_name, ref.uid))
 
 
-def write_claim_spec(path: Path, spec: dict[str, object]) -> None:
-    write_atomic(path, json.dumps(spec, indent=2))
+def write_claim_spec(path: Path, spec: dict[str, object], durable: bool = True) -> None:
+    """``durable`` False: no fsync (the DRA driver's prepare: its checkpoint is the one durable write)."""
+    write_atomic(path, json.dumps(spec, indent=2, sort_keys=True), durable=durable)
 
 
 def remove_claim_spec(path: Path) -> bool:

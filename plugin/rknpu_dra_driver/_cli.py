@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from rknnlaunch import __version__
 from rknnlaunch.npu import HostRoot, soc_by_name
@@ -14,6 +15,12 @@ from rknpu_serverkit import ActorGroup, closing_actor, server_main
 from ._log import LOGGER_NAME, get_logger, setup_logging
 from ._settings import PROG, DraSettings, build_parser, settings_from
 from ._slices import NodeFacts
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from ._kube import KubeApi
+    from ._store import ClaimStore
 
 SHUTDOWN_JOIN_SECONDS = 1.5
 _log = get_logger()
@@ -69,16 +76,39 @@ def _external_stop(stop: threading.Event | None) -> tuple[Callable[[], None], Ca
     return execute, done.set
 
 
+STALE_RETRY_S = 30.0
+
+
+def _metrics_registry(address: str | None) -> CollectorRegistry | None:
+    if not address:
+        return None
+    from prometheus_client import CollectorRegistry, ProcessCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    ProcessCollector(registry=registry)
+    return registry
+
+
 def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
-    """Serve until SIGTERM/SIGINT (or ``stop``); 0 on a clean stop. Two actor groups: waiting for
-    the node's instance lock (a second driver waits for the first), then serving."""
+    """Serve until SIGTERM/SIGINT (or ``stop``); 0 on a clean stop. Without an instance id a
+    second driver waits for the node's instance lock first; with one it serves beside the first."""
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    from . import _instance
+    from ._kube import KubeApi
+
+    # The API client's import is most of a start: it loads on a thread while the rest comes up
+    # (discovery, the checkpoint, the sockets: prepared claims need no API).
+    api = KubeApi(settings.kubeconfig, settings.api_timeout)
+    api.check_config()
+    api.start()
+
     from rknpu_device_plugin import NullEvents
     from rknpu_device_plugin.devices import ResourceManager
 
-    from . import _instance
+    from ._checkpoint import boot_id
     from ._grpc import KubeletServers
-    from ._kube import KubeApi
+    from ._health import HealthBoard
+    from ._metrics import DraMetrics
     from ._publisher import SlicePublisher
     from ._store import ClaimStore
 
@@ -92,21 +122,25 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
                 "driver": settings.driver_name,
                 "node": settings.node_name,
                 "plugin_dir": str(plugin_dir),
+                **({"instance": settings.instance_id} if settings.instance_id else {}),
             }
         },
     )
-    waiting = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)
-    waiting.add_signals()
-    waiting.add(*_external_stop(stop), name="stop")
-    lock_stop = threading.Event()
-    waiting.add(lambda: _instance.acquire(plugin_dir, lock_stop), lock_stop.set, name="instance-lock")
-    lock = waiting.run()
-    if lock is None:
-        _log.info("stopped before taking over")
-        return 0
+    lock: int | None = None
+    if not settings.instance_id:
+        waiting = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)
+        waiting.add_signals()
+        waiting.add(*_external_stop(stop), name="stop")
+        lock_stop = threading.Event()
+        waiting.add(lambda: _instance.acquire(plugin_dir, lock_stop), lock_stop.set, name="instance-lock")
+        lock = waiting.run()
+        if lock is None:
+            api.close()
+            _log.info("stopped before taking over")
+            return 0
+    metrics_server = None
     try:
-        api = KubeApi(settings.kubeconfig, settings.api_timeout)
-        api.check_config()
+        metrics = DraMetrics(_metrics_registry(settings.metrics_address))
         resources = ResourceManager(
             host,
             NullEvents(),
@@ -120,7 +154,14 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
         resources.when_missing = "publishing no devices and re-scanning for a late driver load"
         resources.scan()
         store = ClaimStore(
-            api, resources, settings.driver_name, settings.node_name, plugin_dir, settings.cdi_dir
+            api,
+            resources,
+            settings.driver_name,
+            settings.node_name,
+            plugin_dir,
+            settings.cdi_dir,
+            boot_id=boot_id(host),
+            metrics=metrics,
         )
         store.load()
         publisher = SlicePublisher(
@@ -129,17 +170,40 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
             settings.node_name,
             settings.driver_name,
             node_facts(host, settings.host_librknnrt),
+            layout=settings.slice_layout,
+            metrics=metrics,
         )
         api.on_ready = publisher.wake
-        servers = KubeletServers(store, settings.driver_name, plugin_dir, settings.registration_dir)
-        api.start()  # the client loads while the sockets come up (prepared claims need no API)
+        if api.ready:
+            publisher.wake()
+        board = HealthBoard(resources, settings.node_name)
+        metrics.watch(lambda: resources.state.health, store.count)
+        board.on_change = lambda health: metrics.collect_health()
+        metrics.collect_health()
+        servers = KubeletServers(
+            store,
+            board,
+            settings.driver_name,
+            plugin_dir,
+            settings.registration_dir,
+            settings.instance_id,
+            settings.inotify,
+        )
         servers.start()
-        # Interrupts run in the order added: the sockets go first (the kubelet stops calling), then
-        # the health and publishing loops; the slice is deleted once all have ended.
+        if metrics.registry is not None and settings.metrics_address:
+            from rknpu_device_plugin.telemetry import MetricsServer
+
+            metrics_server = MetricsServer(settings.metrics_address, metrics.registry)
+        # Interrupts run in the order added: the sockets go first (the kubelet stops calling, or
+        # turns to the other instance), then the health and publishing loops. The slices stay.
         serving = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)
         serving.add_signals()
         serving.add(*_external_stop(stop), name="stop")
         serving.add(*closing_actor(servers.stop), name="kubelet-servers")
+        registration_stop = threading.Event()
+        serving.add(
+            lambda: servers.watch_registration(registration_stop), registration_stop.set, name="registration"
+        )
         health_stop = threading.Event()
 
         def stop_health() -> None:
@@ -155,12 +219,37 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
             api.close()
 
         serving.add(lambda: publisher.run(publish_stop), stop_publisher, name="slices")
+        stale_stop = threading.Event()
+        serving.add(lambda: _clean_stale(store, api, stale_stop), stale_stop.set, name="stale-claims")
         try:
             serving.run()
         finally:
             _log.info("stopping")
-            publisher.delete_all()
+            if settings.delete_slices_on_stop:
+                publisher.delete_all()
+            store.close()
     finally:
-        _instance.release(lock)
+        if metrics_server is not None:
+            metrics_server.stop()
+        api.close()
+        if lock is not None:
+            _instance.release(lock)
     _log.info("stopped")
     return 0
+
+
+def _clean_stale(store: ClaimStore, api: KubeApi, stop: threading.Event) -> None:
+    """Once the API answers: drop the claims of an earlier boot the API server no longer has;
+    then wait for ``stop`` (an actor that returns would end the group)."""
+    from ._kube import ApiError
+
+    while not stop.is_set() and not api.wait_ready(1.0):
+        pass
+    while not stop.is_set():
+        try:
+            store.clean_stale()
+            break
+        except ApiError as exc:
+            _log.debug("stale claims not checked yet", extra={"fields": {"error": str(exc)}})
+        stop.wait(STALE_RETRY_S)
+    stop.wait()

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from rknnlaunch import RknnLaunchError
@@ -72,6 +73,9 @@ class KubeApi:
         self._error: str | None = None
         self._resource: Any = None
         self._core: Any = None
+        self._version: Any = None
+        self._watches: set[Any] = set()
+        self._watches_lock = threading.Lock()
         self.on_ready: Callable[[], None] = lambda: None
         """Called once the client is built (the slice publisher retries at once)."""
 
@@ -92,6 +96,7 @@ class KubeApi:
             api_client = make_api_client(self.kubeconfig, self.timeout)
             self._resource = client.ResourceV1Api(api_client)
             self._core = client.CoreV1Api(api_client)
+            self._version = client.VersionApi(api_client)
         except RknnLaunchError as exc:
             self._error = f"{exc.problem}; {exc.fix}"
             raise
@@ -117,6 +122,23 @@ class KubeApi:
         if not self._ready.is_set():
             self._error = "the driver is stopping"
         self._ready.set()
+        self.end_watches()
+
+    def end_watches(self) -> None:
+        """Cut every open watch (a stop, or the tests' outage): their iterators end with ApiError."""
+        with self._watches_lock:
+            watches = list(self._watches)
+        for response in watches:
+            with contextlib.suppress(Exception):
+                response.shutdown()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait for the client to be built (or to have failed); True if it is usable."""
+        return self._ready.wait(timeout) and self._error is None
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set() and self._error is None
 
     def _apis(self, what: str) -> tuple[Any, Any]:
         if not self._ready.wait(self.timeout):
@@ -175,6 +197,68 @@ class KubeApi:
         )
         items = listing.get("items") or []
         return [item for item in items if isinstance(item, dict)]
+
+    def watch_slices(
+        self, node_name: str, driver_name: str, timeout_seconds: int = 300
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The node's slices as watch events (type, object), raw JSON: a watch without a
+        resourceVersion starts with an ADDED event per existing slice, then every change, until
+        the server ends it after ``timeout_seconds``. Raises ApiError when it cannot start or breaks."""
+        from kubernetes.client.exceptions import ApiException
+
+        what = "watch ResourceSlices"
+        resource, _core = self._apis(what)
+        try:
+            response = resource.list_resource_slice(
+                field_selector=f"spec.nodeName={node_name},spec.driver={driver_name}",
+                watch=True,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_seconds,
+                _preload_content=False,
+                _request_timeout=(self.timeout, timeout_seconds + self.timeout),
+            )
+        except ApiException as exc:
+            reason = _status_message(exc.body) or exc.reason
+            raise ApiError(f"{what}: HTTP {exc.status} {reason}", exc.status) from None
+        except Exception as exc:
+            raise ApiError(f"{what}: {type(exc).__name__}: {_short(exc)}") from None
+        with self._watches_lock:
+            self._watches.add(response)
+        try:
+            pending = b""
+            for chunk in response.stream(None):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        raise ApiError(f"{what}: {obj.get('message') or obj}", obj.get("code"))
+                    yield str(kind), obj
+        except ApiError:
+            raise
+        except ValueError as exc:
+            raise ApiError(f"{what}: an event is not JSON ({exc})") from None
+        except Exception as exc:  # the connection broke (an outage, or end_watches)
+            raise ApiError(f"{what}: {type(exc).__name__}: {_short(exc)}") from None
+        finally:
+            with self._watches_lock:
+                self._watches.discard(response)
+            with contextlib.suppress(Exception):
+                response.release_conn()
+
+    def server_minor(self) -> int | None:
+        """The API server's minor version (/version), None when it cannot be told."""
+        try:
+            _resource, _core = self._apis("get /version")
+            response = self._version.get_code(_preload_content=False, _request_timeout=self.timeout)
+            minor = str(json.loads(response.data).get("minor", ""))
+        except Exception:  # best effort: the layout then assumes a current server
+            return None
+        digits = "".join(ch for ch in minor if ch.isdigit())
+        return int(digits) if digits else None
 
     def create_slice(self, body: Mapping[str, Any]) -> dict[str, Any]:
         created: dict[str, Any] = self._call("create ResourceSlice", "create_resource_slice", body)

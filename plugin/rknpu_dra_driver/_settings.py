@@ -7,9 +7,9 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from rknpu_serverkit import (
@@ -27,6 +27,8 @@ from rknpu_serverkit import (
 )
 
 ENV_PREFIX = "RKNPU_DRA_"
+SliceLayoutSetting = Literal["auto", "partitionable", "per-core"]
+SLICE_LAYOUTS: list[str] = ["auto", "partitionable", "per-core"]
 PROG = "rknpu-dra-driver"
 DEFAULT_DRIVER_NAME = "npu.rockchip.com"
 DEFAULT_REGISTRATION_DIR = "/var/lib/kubelet/plugins_registry"
@@ -85,6 +87,12 @@ class DraSettings(BaseSettings):
         None,
         description="the node's librknnrt.so (host path), mounted read-only at /usr/lib/librknnrt.so",
     )
+    slice_layout: SliceLayoutSetting = Field(
+        "auto",
+        description="how the ResourceSlice offers the cores: partitionable (one device per one-context "
+        "core set, with per-core counters; needs DRAPartitionableDevices), per-core, or auto "
+        "(partitionable, and per-core for good once the API server drops the counters)",
+    )
     api_timeout: float = Field(
         5.0,
         gt=0,
@@ -94,7 +102,17 @@ class DraSettings(BaseSettings):
     log_format: LogFormat = Field("text", description="log line format")
     log_level: LogLevel = Field("info", description="log level")
     metrics_address: str | None = Field(
-        None, description='serve Prometheus metrics on "host:port"; default off (reserved, as the plugin\'s)'
+        None, description='serve Prometheus metrics on "host:port" (e.g. ":9103"); default off'
+    )
+    instance_id: str = Field(
+        default_factory=lambda: _env("POD_UID"),
+        description="this instance's own socket names, so a rolling update's new pod serves beside the "
+        "old one (default: $POD_UID; empty: one instance at a time, a second waits)",
+    )
+    delete_slices_on_stop: bool = Field(
+        False,
+        description="delete this node's ResourceSlices on a clean stop (an uninstall; a restart or an "
+        "upgrade keeps them, so the node never shows no devices)",
     )
 
     @field_validator("driver_name")
@@ -135,11 +153,12 @@ class DraSettings(BaseSettings):
     def _check_host_librknnrt(cls, value: str | None) -> str | None:
         return check_host_file(value)
 
-    @model_validator(mode="after")
-    def _check_paths(self) -> DraSettings:
-        if self.metrics_address:
-            raise ValueError("--metrics-address is not implemented by the DRA driver yet; leave it unset")
-        return self
+    @field_validator("instance_id")
+    @classmethod
+    def _check_instance_id(cls, value: str) -> str:
+        if value and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", value):
+            raise ValueError(f"{value!r} is not a pod UID (letters, digits, '-', '.', '_'; at most 63)")
+        return value
 
     @property
     def resolved_plugin_dir(self) -> Path:
@@ -149,7 +168,11 @@ class DraSettings(BaseSettings):
 
 
 _FLAG_TYPES: dict[str, Any] = {"health_interval": float, "api_timeout": float}
-_FLAG_CHOICES: dict[str, list[str]] = {"log_format": LOG_FORMATS, "log_level": LOG_LEVELS}
+_FLAG_CHOICES: dict[str, list[str]] = {
+    "log_format": LOG_FORMATS,
+    "log_level": LOG_LEVELS,
+    "slice_layout": SLICE_LAYOUTS,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

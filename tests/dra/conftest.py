@@ -38,6 +38,7 @@ def rig(fake_api: FakeApiServer) -> Iterator[DriverRig]:
         cdi_dir=root / "cdi",
         api_timeout=5.0,
         health_interval=0.1,
+        instance_id="",
     )
     made = DriverRig(root, fake_api, settings)
     yield made

@@ -40,7 +40,12 @@ def test_registers_as_a_dra_plugin_with_both_services(rig: DriverRig) -> None:
     assert kubelet.info.type == "DRAPlugin"
     assert kubelet.info.name == DRIVER
     assert kubelet.info.endpoint == str(rig.plugin_dir / "dra.sock")
-    assert list(kubelet.info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    assert list(kubelet.info.supported_versions) == [
+        "v1.DRAPlugin",
+        "v1beta1.DRAPlugin",
+        "v1.DRAResourceHealth",
+        "v1alpha1.DRAResourceHealth",
+    ]
     assert oct(os.stat(kubelet.info.endpoint).st_mode & 0o777) == "0o600"
 
 
@@ -93,7 +98,7 @@ def test_prepare_writes_a_cdi_spec_and_checkpoint_and_unprepare_removes_them(
     assert env["RKNN_NPU_SOC"] == "rk3588"
     assert [n["path"] for n in edits["deviceNodes"]] == ["/dev/dri/card1", "/dev/dri/renderD129"]
     assert any(m["containerPath"] == "/run/rknpu/compatible" for m in edits["mounts"])
-    assert [c["uid"] for c in checkpoint(rig)["claims"]] == [UID]
+    assert [c["claim"]["uid"] for c in checkpoint(rig)["claims"]] == [UID]
 
     again = kubelet.prepare([("default", "two-cores", UID)], version)  # idempotent (and shared pods)
     assert again.claims[UID] == claim
@@ -144,7 +149,7 @@ def test_every_claim_is_answered_and_bad_ones_get_their_own_error(rig: DriverRig
     assert "no device of driver npu.rockchip.com" in errors["other-driver"]
     assert "'node-b'" in errors["other-node"]
     assert "10,000 device(s)" in errors["huge"] and len(errors["huge"]) < 600
-    assert [c["uid"] for c in checkpoint(rig)["claims"]] == [UID]
+    assert [c["claim"]["uid"] for c in checkpoint(rig)["claims"]] == [UID]
     assert len(spec_files(rig)) == 1
 
 
@@ -181,14 +186,22 @@ def test_health_change_republishes_the_slice(rig: DriverRig) -> None:
     assert next(iter(slices.values()))["spec"]["pool"]["generation"] == 3
 
 
-def test_clean_stop_deletes_the_slice_and_sockets(rig: DriverRig) -> None:
+def test_clean_stop_keeps_the_slice_and_removes_the_sockets(rig: DriverRig) -> None:
     rig.start()
     rig.api.wait_slices(lambda s: len(s) == 1)
     rig.end()
     assert rig.result == [0]
-    assert rig.api.slices == {}
+    assert len(slice_devices(rig.api.slices)) == 3  # a restart or an upgrade never empties the node
     assert not (rig.plugin_dir / "dra.sock").exists()
     assert not (rig.settings.registration_dir / f"{DRIVER}-reg.sock").exists()
+
+
+def test_delete_slices_on_stop_cleans_up_for_an_uninstall(rig: DriverRig) -> None:
+    rig.settings = rig.settings.model_copy(update={"delete_slices_on_stop": True})
+    rig.start()
+    rig.api.wait_slices(lambda s: len(s) == 1)
+    rig.end()
+    assert rig.result == [0] and rig.api.slices == {}
 
 
 def test_prepared_claims_survive_a_restart(rig: DriverRig) -> None:
@@ -221,7 +234,7 @@ def test_a_corrupt_checkpoint_is_refused_and_rebuilt_from_the_cdi_specs(
     kubelet = rig.start()
     rig.api.down = True
     assert kubelet.prepare([("default", "c", UID)]).claims[UID] == first
-    assert [c["devices"][0]["device"] for c in checkpoint(rig)["claims"]] == ["npu-core-1"]
+    assert [c["claim"]["devices"][0]["device"] for c in checkpoint(rig)["claims"]] == ["npu-core-1"]
 
 
 def test_kill_between_spec_and_checkpoint_loses_nothing(rig: DriverRig) -> None:
@@ -252,7 +265,7 @@ def test_kill_between_spec_and_checkpoint_loses_nothing(rig: DriverRig) -> None:
 
     (rig.cdi_dir / f".{DRIVER}-claim_{UID}.json.x1y2.tmp").write_text("{")  # a torn write's leftover
     kubelet = rig.start()
-    assert [c["uid"] for c in checkpoint(rig)["claims"]] == [UID]  # recovered from the spec
+    assert [c["claim"]["uid"] for c in checkpoint(rig)["claims"]] == [UID]  # recovered from the spec
     assert not list(rig.cdi_dir.glob(".*.tmp"))
     assert kubelet.unprepare([("default", "c", UID)]).claims[UID].error == ""
     assert spec_files(rig) == [] and checkpoint(rig)["claims"] == []
@@ -282,7 +295,7 @@ def test_a_second_driver_on_the_node_waits_for_the_first(rig: DriverRig) -> None
     rig.end()  # the first stops; the second takes over with the checkpoint
     from kubeletstub import KubeletStub
 
-    takeover = KubeletStub(rig.settings.registration_dir / f"{DRIVER}-reg.sock")
+    takeover = KubeletStub(rig.settings.registration_dir, DRIVER)
     takeover.register()
     rig.api.down = True
     assert takeover.prepare([("default", "c", UID)]).claims[UID] == first
