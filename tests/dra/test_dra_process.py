@@ -78,6 +78,7 @@ def _args(settings: DraSettings) -> list[str]:
         f"--registration-dir={settings.registration_dir}",
         f"--plugin-dir={settings.resolved_plugin_dir}",
         f"--cdi-dir={settings.cdi_dir}",
+        f"--slice-layout={settings.slice_layout}",
         "--log-format=json",
     ]
 
