@@ -172,7 +172,7 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
             settings.node_name,
             settings.driver_name,
             node_facts(host, settings.host_librknnrt),
-            layout=getattr(settings, "slice_layout", "auto"),
+            layout=settings.slice_layout,
             metrics=metrics,
         )
         api.on_ready = publisher.wake

@@ -67,10 +67,11 @@ def _prepare_answer(pb: Any, store: ClaimStore, claims: Any) -> Any:
 def _devices(pb: Any, prepared: PreparedClaim) -> list[Any]:
     return [
         pb.Device(
-            request_names=[device.request] if device.request else [],
+            # The base request: the kubelet matches containers by it, never by "req/subrequest".
+            request_names=[device.base_request] if device.request else [],
             pool_name=device.pool,
             device_name=device.device,
-            cdi_device_ids=[prepared.cdi_device_id],
+            cdi_device_ids=[prepared.request_cdi_id(device.request)],
         )
         for device in prepared.devices
     ]

@@ -11,11 +11,10 @@ from typing import Any, cast
 
 from rknpu_device_plugin.devices import DeviceState, ResourceManager
 
-from . import _slices
 from ._kube import ApiError, KubeApi
 from ._log import get_logger
 from ._metrics import DraMetrics
-from ._slices import NodeFacts, slice_body
+from ._slices import NodeFacts, SliceLayout, desired_slices, fields_dropped
 
 _log = get_logger("slices")
 RETRY_FIRST_S = 0.2
@@ -147,22 +146,8 @@ class SlicePublisher:
     # --- one pass -------------------------------------------------------------------------------
 
     def _desired(self, info: Any, health: Any) -> list[dict[str, Any]]:
-        make = getattr(_slices, "desired_slices", None)
-        if make is None:  # before the layouts exist: one per-core slice
-            body = slice_body(
-                self.node_name,
-                self.driver_name,
-                self._generation,
-                info,
-                health,
-                self._facts,
-                self._node_uid,
-            )
-            return [cast("dict[str, Any]", body)]
-        layout = self._layout
-        if layout == "auto":
-            layout = "partitionable"
-        wanted: list[dict[str, Any]] = make(
+        layout = SliceLayout.PARTITIONABLE if self._layout == "auto" else SliceLayout(self._layout)
+        wanted = desired_slices(
             self.node_name,
             self.driver_name,
             self._generation,
@@ -170,10 +155,10 @@ class SlicePublisher:
             health,
             self._facts,
             self._node_uid,
-            getattr(_slices, "SliceLayout")(layout),  # noqa: B009 (issue 25 adds it)
+            layout,
             server_minor=self._server_minor,
         )
-        return wanted
+        return cast("list[dict[str, Any]]", wanted)
 
     def _matches(self, current: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
         if current is None:
@@ -257,8 +242,7 @@ class SlicePublisher:
 
     def _dropped(self, sent: dict[str, Any], kept: dict[str, Any]) -> bool:
         """Layout "auto": the server dropped the partitionable fields -> per-core for good."""
-        dropped = getattr(_slices, "fields_dropped", None)
-        if self._layout == "per-core" or dropped is None or not dropped(sent, kept):
+        if self._layout == "per-core" or not fields_dropped(sent, kept):
             return False
         _log.warning(
             "the API server dropped the partitionable-device fields (feature gate "

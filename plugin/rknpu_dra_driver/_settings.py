@@ -27,6 +27,8 @@ from rknpu_serverkit import (
 )
 
 ENV_PREFIX = "RKNPU_DRA_"
+SliceLayoutSetting = Literal["auto", "partitionable", "per-core"]
+SLICE_LAYOUTS: list[str] = ["auto", "partitionable", "per-core"]
 PROG = "rknpu-dra-driver"
 DEFAULT_DRIVER_NAME = "npu.rockchip.com"
 DEFAULT_REGISTRATION_DIR = "/var/lib/kubelet/plugins_registry"
@@ -89,6 +91,12 @@ class DraSettings(BaseSettings):
         "auto",
         description="how to reach the API server: auto (a light HTTP client, the official kubernetes "
         "client for exec/auth-provider credentials or a proxy) or kubernetes-client (always that one)",
+    )
+    slice_layout: SliceLayoutSetting = Field(
+        "auto",
+        description="how the ResourceSlice offers the cores: partitionable (one device per one-context "
+        "core set, with per-core counters; needs DRAPartitionableDevices), per-core, or auto "
+        "(partitionable, and per-core for good once the API server drops the counters)",
     )
     api_timeout: float = Field(
         5.0,
@@ -193,6 +201,7 @@ _FLAG_CHOICES: dict[str, list[str]] = {
     "log_format": LOG_FORMATS,
     "log_level": LOG_LEVELS,
     "api_client": ["auto", "kubernetes-client"],
+    "slice_layout": SLICE_LAYOUTS,
 }
 
 

@@ -9,15 +9,14 @@ a claim prepared by one instance is unprepared by the other. A prepare makes one
 from __future__ import annotations
 
 import contextlib
-import importlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rknpu_device_plugin.devices import ResourceManager
 
+from ._booking import conflicts
 from ._cdi import (
     cdi_device_id,
     claim_spec,
@@ -33,7 +32,7 @@ from ._instance import SerializeLock
 from ._kube import ApiError, KubeApi
 from ._log import get_logger
 from ._metrics import DraMetrics
-from ._slices import offered_devices
+from ._slices import all_offered_devices
 
 _log = get_logger("claims")
 
@@ -44,14 +43,6 @@ class PrepareResult:
 
     claim: PreparedClaim | None = None
     error: str = ""
-
-
-def _conflicts() -> Any:
-    """`_booking.conflicts` (issue 25's double-booking check) once that module exists."""
-    try:
-        return importlib.import_module(f"{__package__}._booking").conflicts
-    except (ImportError, AttributeError):
-        return None
 
 
 class ClaimStore:
@@ -78,7 +69,6 @@ class ClaimStore:
         self.boot_id = boot_id
         self._metrics = metrics if metrics is not None else DraMetrics(None)
         self._lock = SerializeLock(plugin_dir)
-        self._conflicts = _conflicts()
         self._parsed: tuple[bytes, dict[str, Entry]] | None = None
         self.before_checkpoint: Callable[[str], None] = lambda uid: None
         """Test hook: called between writing a claim's spec and its checkpoint entry."""
@@ -218,12 +208,10 @@ class ClaimStore:
                 return known.claim  # prepared before (a retry, or another pod sharing the claim)
             # New, or prepared in an earlier boot (its CDI spec went with the tmpfs): prepare it now.
             prepared = self._allocated(ref)
-            conflicts = self._conflicts
-            if conflicts is not None:
-                others = {uid: e.claim for uid, e in entries.items() if uid != ref.uid}
-                refusal = conflicts(others, prepared)
-                if refusal:
-                    raise ClaimError(refusal)
+            others = {uid: e.claim for uid, e in entries.items() if uid != ref.uid}
+            refusal = conflicts(others, prepared)
+            if refusal:
+                raise ClaimError(refusal)
             path = spec_path(self.cdi_dir, self.driver_name, ref.uid)
             try:
                 write_claim_spec(path, self._spec(prepared), durable=False)
@@ -263,7 +251,7 @@ class ClaimStore:
         if claim is None:
             raise ClaimError(f"{ref.describe()} does not exist on the API server (deleted?)")
         devices = our_devices(
-            ref, claim, self.driver_name, self.node_name, offered_devices(info, state.health)
+            ref, claim, self.driver_name, self.node_name, all_offered_devices(info, state.health)
         )
         return PreparedClaim(ref, devices, cdi_device_id(self.driver_name, ref.uid))
 

@@ -301,7 +301,7 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             self, method: str, path: str, query: dict[str, list[str]], body: dict[str, Any]
         ) -> tuple[int, dict[str, Any]]:
             parts = path.strip("/").split("/")
-            if path == "/version" and method == "GET":
+            if path.rstrip("/") == "/version" and method == "GET":  # the client asks "/version/"
                 return 200, {"major": "1", "minor": str(api.minor), "gitVersion": f"v1.{api.minor}.0"}
             if path.startswith("/api/v1/nodes/") and method == "GET":
                 node = api.nodes.get(parts[-1])

@@ -57,12 +57,16 @@ def test_publishes_one_device_per_core_with_attributes(rig: DriverRig) -> None:
     assert spec["driver"] == DRIVER and spec["nodeName"] == NODE
     assert spec["pool"]["name"] == NODE and spec["pool"]["resourceSliceCount"] == 1
     assert published["metadata"]["ownerReferences"][0]["kind"] == "Node"
-    core1 = spec["devices"][1]
-    assert core1["name"] == "npu-core-1"
+    # Slice order is the scheduler's first-fit order: the lone core 2 first, cores 0-1 kept for pairs.
+    assert [d["name"] for d in spec["devices"]] == ["npu-core-2", "npu-core-0", "npu-core-1"]
+    core1 = spec["devices"][2]
     assert core1["attributes"]["soc"] == {"string": "rk3588"}
     assert core1["attributes"]["core"] == {"int": 1}
     assert core1["attributes"]["cores"] == {"int": 3}
     assert core1["attributes"]["driverVersion"] == {"version": "0.9.8"}
+    assert core1["attributes"]["coreCount"] == {"int": 1}
+    assert core1["attributes"]["coreMask"] == {"int": 2}
+    assert core1["attributes"]["coreGroup"] == {"string": "0-1"}
 
 
 @pytest.mark.parametrize("version", ["v1", "v1beta1"])
@@ -76,13 +80,17 @@ def test_prepare_writes_a_cdi_spec_and_checkpoint_and_unprepare_removes_them(
     assert claim.error == ""
     assert [d.device_name for d in claim.devices] == ["npu-core-0", "npu-core-1"]
     assert {d.pool_name for d in claim.devices} == {NODE}
-    assert [list(d.cdi_device_ids) for d in claim.devices] == [[f"{DRIVER}/claim={UID}"]] * 2
+    # One CDI device per request ("npu" here), named in the reply by the base request name.
+    assert [list(d.cdi_device_ids) for d in claim.devices] == [[f"{DRIVER}/claim={UID}-npu"]] * 2
+    assert [list(d.request_names) for d in claim.devices] == [["npu"]] * 2
     (spec_file,) = spec_files(rig)
     assert UID in spec_file.name
     spec = json.loads(spec_file.read_text())
     assert spec["kind"] == f"{DRIVER}/claim"
+    assert spec["cdiVersion"] == "0.5.0"  # the device name starts with a digit; no annotations
+    assert "annotations" not in spec
     (device,) = spec["devices"]
-    assert device["name"] == UID
+    assert device["name"] == f"{UID}-npu"
     edits = device["containerEdits"]
     env = dict(item.split("=", 1) for item in edits["env"])
     assert env["RKNN_NPU_CORE_MASK"] == "3"  # cores 0 and 1, the decimal mask the SDK parses

@@ -101,7 +101,8 @@ def instances() -> Iterator[list[_Instance]]:
 def test_a_rolling_update_hands_over_without_a_gap(rig: DriverRig, instances: list[_Instance]) -> None:
     claims = [(f"c{i}", str(uuid.uuid4())) for i in range(400)]
     for name, uid in claims:
-        rig.api.add_claim("default", name, uid, results("npu-core-0"))
+        # adminAccess: 400 claims may share core 0 (the driver refuses to double-book it otherwise).
+        rig.api.add_claim("default", name, uid, [{**results("npu-core-0")[0], "adminAccess": True}])
     instances.append(_Instance(_settings(rig, "old-pod-uid")))
     kubelet = KubeletStub(rig.settings.registration_dir, DRIVER)
     kubelet.register()

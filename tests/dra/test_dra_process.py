@@ -78,6 +78,7 @@ def _args(settings: DraSettings) -> list[str]:
         f"--registration-dir={settings.registration_dir}",
         f"--plugin-dir={settings.resolved_plugin_dir}",
         f"--cdi-dir={settings.cdi_dir}",
+        f"--slice-layout={settings.slice_layout}",
         "--log-format=json",
     ]
 
@@ -121,10 +122,10 @@ def test_sigterm_stops_cleanly_and_keeps_the_slice(
 
 def test_kill_9_during_prepares_loses_nothing(rig: DriverRig, spawn: list[subprocess.Popen[str]]) -> None:
     claims = [("default", f"c{i}", str(uuid.uuid4())) for i in range(40)]
+    # adminAccess: 40 claims may then share core 0 (the driver refuses to double-book it otherwise).
+    result = {"request": "npu", "driver": DRIVER, "pool": NODE, "device": "npu-core-0", "adminAccess": True}
     for namespace, name, uid in claims:
-        rig.api.add_claim(
-            namespace, name, uid, [{"request": "npu", "driver": DRIVER, "pool": NODE, "device": "npu-core-0"}]
-        )
+        rig.api.add_claim(namespace, name, uid, [result])
     process, kubelet = _start(rig, spawn)
     rig.api.wait_slices(lambda s: len(s) == 1, timeout=60)  # the API client is up
     answered: list[str] = []
