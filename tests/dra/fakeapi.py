@@ -173,6 +173,12 @@ class FakeApiServer:
             longest = max(longest, until - empty_from)
         return longest
 
+    def delete_slices_named(self, *names: str) -> None:
+        with self.changed:
+            for name in names:
+                self.slice_event("DELETED", self.slices.pop(name))
+            self.changed.notify_all()
+
     def wait_watching(self, count: int = 1, timeout: float = 60.0) -> None:
         with self.changed:
             if not self.changed.wait_for(lambda: self.watching >= count, timeout):
