@@ -62,7 +62,7 @@ def _open_fds() -> int:
 
 
 def _devices(slices: dict[str, Any]) -> int:
-    return sum(len(s["spec"]["devices"]) for s in slices.values())
+    return sum(len(s["spec"].get("devices") or []) for s in slices.values())
 
 
 class Bench:
@@ -80,6 +80,8 @@ class Bench:
             plugin_dir=root / "plugin",
             cdi_dir=root / "cdi",
             health_interval=0.5,
+            slice_layout="per-core",  # one device per core: "3 devices" is the whole slice
+            instance_id="",
         )
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
@@ -207,6 +209,7 @@ class Bench:
             f"--registration-dir={self.settings.registration_dir}",
             f"--plugin-dir={self.settings.resolved_plugin_dir}",
             f"--cdi-dir={self.settings.cdi_dir}",
+            "--slice-layout=per-core",
             "--log-level=warning",
         ]
         times, slices = [], []
