@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections.abc import Mapping
 from typing import Any, cast
 
 from rknpu_device_plugin.devices import DeviceState, ResourceManager
@@ -68,6 +69,9 @@ class SlicePublisher:
         self._server_minor = server_minor
         self._minor_known = server_minor is not None
         self._metrics = metrics if metrics is not None else DraMetrics(None)
+        self.taint_key = f"{driver_name}/unhealthy"
+        self._taints = True
+        """Until a read-back shows the API server drops device taints."""
         self._wake = threading.Event()
         self._node_uid: str | None = None
         self._generation = 0
@@ -145,7 +149,7 @@ class SlicePublisher:
 
     # --- one pass -------------------------------------------------------------------------------
 
-    def _desired(self, info: Any, health: Any) -> list[dict[str, Any]]:
+    def _layout_slices(self, info: Any, health: Any) -> list[dict[str, Any]]:
         layout = SliceLayout.PARTITIONABLE if self._layout == "auto" else SliceLayout(self._layout)
         wanted = desired_slices(
             self.node_name,
@@ -159,6 +163,21 @@ class SlicePublisher:
             server_minor=self._server_minor,
         )
         return cast("list[dict[str, Any]]", wanted)
+
+    def _desired(self, info: Any, health: Mapping[str, bool]) -> list[dict[str, Any]]:
+        """The pool for this health. Where the API server keeps device taints (KEP-5055), an
+        unhealthy core's devices stay in the slice with a NoSchedule taint (users see why; a
+        DeviceTaintRule or toleration can act on it); where it drops them, they leave the slice."""
+        offered = self._layout_slices(info, health)
+        if not self._taints or all(health.values()):
+            return offered
+        full = self._layout_slices(info, dict.fromkeys(health, True))
+        kept = {d.get("name") for s in offered for d in (s.get("spec") or {}).get("devices") or []}
+        for body in full:
+            for device in (body.get("spec") or {}).get("devices") or []:
+                if device.get("name") not in kept:
+                    device["taints"] = [{"key": self.taint_key, "effect": "NoSchedule"}]
+        return full
 
     def _matches(self, current: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
         if current is None:
@@ -215,6 +234,8 @@ class SlicePublisher:
             self._kept[name] = (_comparable(body), _comparable(kept))
             if self._auto and self._dropped(body, kept):
                 return True
+            if self._taints_dropped(body, kept):
+                return True
         for name in stale:
             self._api.delete_slice(name)
         devices = [d.get("name") for w in wanted for d in (w.get("spec") or {}).get("devices") or []]
@@ -252,6 +273,25 @@ class SlicePublisher:
         self._layout = "per-core"
         self._kept.clear()
         self._wake.set()  # republish in the new layout at once
+        return True
+
+    def _taints_dropped(self, sent: dict[str, Any], kept: dict[str, Any]) -> bool:
+        """Read-back: a tainted device came back without its taints (DRADeviceTaints off) ->
+        unhealthy devices leave the slice from now on."""
+        tainted = [d.get("name") for d in (sent.get("spec") or {}).get("devices") or [] if d.get("taints")]
+        if not tainted:
+            return False
+        back = {d.get("name"): d for d in (kept.get("spec") or {}).get("devices") or []}
+        if all((back.get(name) or {}).get("taints") for name in tainted):
+            return False
+        _log.warning(
+            "the API server dropped the device taints (feature gate DRADeviceTaints off?); "
+            "unhealthy cores leave the slice instead",
+            extra={"fields": {"slice": sent["metadata"]["name"]}},
+        )
+        self._taints = False
+        self._kept.clear()
+        self._wake.set()
         return True
 
     def delete_all(self) -> None:

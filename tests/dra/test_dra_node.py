@@ -10,6 +10,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -416,3 +417,53 @@ def test_two_instances_share_one_checkpoint_and_nothing_else(rig: DriverRig) -> 
     assert len(list(rig.cdi_dir.glob("*.json"))) == 1
     old.close()
     new.close()
+
+
+def test_an_unhealthy_core_is_tainted_where_the_api_server_keeps_taints() -> None:
+    import shutil
+    import tempfile
+
+    from fakeapi import FakeApiServer
+
+    from fakehost import make_host
+
+    api = FakeApiServer(keep_taints=True).start()
+    api.add_node(NODE)
+    root = Path(tempfile.mkdtemp(prefix="rkdra-", dir="/tmp"))
+    make_host("rk3588-drm", root / "host")
+    settings = DraSettings(
+        host_root=root / "host",
+        node_name=NODE,
+        driver_name=DRIVER,
+        kubeconfig=str(api.kubeconfig(root / "kubeconfig")),
+        registration_dir=root / "registry",
+        plugin_dir=root / "plugin",
+        cdi_dir=root / "cdi",
+        health_interval=0.1,
+        instance_id="",
+        slice_layout="per-core",
+    )
+    driver = _Instance(settings)
+    try:
+        api.wait_slices(_three)
+        render = root / "host/dev/dri/renderD129"
+        render.rename(render.with_suffix(".gone"))
+
+        def tainted(slices: dict[str, Any]) -> bool:
+            devices = [d for s in slices.values() for d in s["spec"].get("devices") or []]
+            return len(devices) == 3 and all(d.get("taints") for d in devices)
+
+        (published,) = api.wait_slices(tainted, timeout=5).values()
+        assert published["spec"]["devices"][0]["taints"] == [
+            {"key": f"{DRIVER}/unhealthy", "effect": "NoSchedule"}
+        ]
+        render.with_suffix(".gone").rename(render)
+        api.wait_slices(
+            lambda s: (
+                _three(s) and not any(d.get("taints") for d in next(iter(s.values()))["spec"]["devices"])
+            )
+        )
+    finally:
+        driver.end()
+        api.stop()
+        shutil.rmtree(root, ignore_errors=True)
