@@ -467,3 +467,17 @@ def test_an_unhealthy_core_is_tainted_where_the_api_server_keeps_taints() -> Non
         driver.end()
         api.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_an_instance_with_an_id_waits_for_one_without(rig: DriverRig, instances: list[_Instance]) -> None:
+    # The first upgrade from a driver without instance ids: it knows neither serialize.lock nor
+    # this checkpoint, so the new pod waits for it (the old gap, once).
+    kubelet = rig.start()
+    instances.append(_Instance(_settings(rig, "new-pod-uid")))
+    time.sleep(0.5)  # long enough for it to serve, were it not waiting (nothing to await)
+    assert not (rig.plugin_dir / "dra-new-pod-uid.sock").exists()
+    assert kubelet.info is not None and kubelet.info.endpoint.endswith("/dra.sock")
+    rig.end()
+    kubelet = KubeletStub(rig.settings.registration_dir, DRIVER)
+    kubelet.register()
+    assert kubelet.info is not None and kubelet.info.endpoint.endswith("dra-new-pod-uid.sock")
