@@ -109,7 +109,7 @@ def choose_contexts(
     return LaunchPlan("npu", model, target=npu, groups=groups)
 
 
-def _one_context_fix(fix: str, claim: str | None, count: int) -> str:
+def _one_context_fix(fix: str | None, claim: str | None, count: int) -> str:
     """The fix of a core set one context refuses; from a DRA claim, the claim shape that cannot get it."""
     fix = f"{fix}; rknnlaunch.Pool does that for you"
     if claim is None:
