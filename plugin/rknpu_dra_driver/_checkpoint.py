@@ -87,6 +87,15 @@ def decode(text: str) -> dict[str, Entry]:
     return {entry.claim.ref.uid: entry for entry in entries}
 
 
+def decode_bytes(raw: bytes) -> dict[str, Entry]:
+    """`decode` of the file's bytes. Raises CheckpointError."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CheckpointError("not UTF-8 text") from None
+    return decode(text)
+
+
 def load(path: Path) -> dict[str, Entry]:
     """The checkpointed claims ({} when there is no file). Raises CheckpointError, OSError."""
     try:
@@ -98,6 +107,9 @@ def load(path: Path) -> dict[str, Entry]:
     return decode(text)
 
 
-def save(path: Path, entries: Mapping[str, Entry]) -> None:
-    """Replace the checkpoint atomically: the one fsynced write of a prepare or unprepare."""
-    write_atomic(path, encode(entries), mode=0o600)
+def save(path: Path, entries: Mapping[str, Entry]) -> bytes:
+    """Replace the checkpoint atomically: the one fsynced write of a prepare or unprepare.
+    Returns the bytes written."""
+    text = encode(entries)
+    write_atomic(path, text, mode=0o600)
+    return text.encode("utf-8")

@@ -19,6 +19,8 @@ from ._slices import NodeFacts
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from rknpu_device_plugin.devices import ResourceManager
+
     from ._kube import KubeApi
     from ._store import ClaimStore
 
@@ -98,7 +100,7 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
 
     # The API client's import is most of a start: it loads on a thread while the rest comes up
     # (discovery, the checkpoint, the sockets: prepared claims need no API).
-    api = KubeApi(settings.kubeconfig, settings.api_timeout)
+    api = KubeApi(settings.kubeconfig, settings.api_timeout, settings.api_client)
     api.check_config()
     api.start()
 
@@ -211,6 +213,8 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
             resources.close()
 
         serving.add(lambda: resources.run(health_stop), stop_health, name="health")
+        if settings.probe_model is not None:
+            serving.add(*_probe_actor(settings, resources, store), name="probe")
         publish_stop = threading.Event()
 
         def stop_publisher() -> None:
@@ -236,6 +240,35 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
             _instance.release(lock)
     _log.info("stopped")
     return 0
+
+
+def _probe_actor(
+    settings: DraSettings, resources: ResourceManager, store: ClaimStore
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The device plugin's per-core probe on the free cores (a prepared claim's cores are its
+    pod's): its verdicts feed the ResourceManager, so the slice and the health stream follow."""
+    from rknpu_device_plugin import NullEvents
+    from rknpu_device_plugin.devices import ProbeLoop, ProbeRunner
+
+    def held() -> set[int]:
+        return {core for claim in store.claims.values() for core in claim.cores}
+
+    probe = ProbeLoop(
+        resources,
+        NullEvents(),
+        ProbeRunner(settings.probe_timeout, settings.host_root),
+        settings.resolved_probe_model,
+        held,
+        settings.probe_interval,
+    )
+    probe.begin()  # no core is offered until its first verdict
+    stop = threading.Event()
+
+    def interrupt() -> None:
+        stop.set()
+        probe.close()
+
+    return lambda: probe.run(stop), interrupt
 
 
 def _clean_stale(store: ClaimStore, api: KubeApi, stop: threading.Event) -> None:

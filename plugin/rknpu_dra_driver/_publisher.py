@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections.abc import Mapping
 from typing import Any, cast
 
 from rknpu_device_plugin.devices import DeviceState, ResourceManager
 
-from . import _slices
 from ._kube import ApiError, KubeApi
 from ._log import get_logger
 from ._metrics import DraMetrics
-from ._slices import NodeFacts, slice_body
+from ._slices import NodeFacts, SliceLayout, desired_slices, fields_dropped
 
 _log = get_logger("slices")
 RETRY_FIRST_S = 0.2
@@ -69,6 +69,9 @@ class SlicePublisher:
         self._server_minor = server_minor
         self._minor_known = server_minor is not None
         self._metrics = metrics if metrics is not None else DraMetrics(None)
+        self.taint_key = f"{driver_name}/unhealthy"
+        self._taints = True
+        """Until a read-back shows the API server drops device taints."""
         self._wake = threading.Event()
         self._node_uid: str | None = None
         self._generation = 0
@@ -146,23 +149,9 @@ class SlicePublisher:
 
     # --- one pass -------------------------------------------------------------------------------
 
-    def _desired(self, info: Any, health: Any) -> list[dict[str, Any]]:
-        make = getattr(_slices, "desired_slices", None)
-        if make is None:  # before the layouts exist: one per-core slice
-            body = slice_body(
-                self.node_name,
-                self.driver_name,
-                self._generation,
-                info,
-                health,
-                self._facts,
-                self._node_uid,
-            )
-            return [cast("dict[str, Any]", body)]
-        layout = self._layout
-        if layout == "auto":
-            layout = "partitionable"
-        wanted: list[dict[str, Any]] = make(
+    def _layout_slices(self, info: Any, health: Any) -> list[dict[str, Any]]:
+        layout = SliceLayout.PARTITIONABLE if self._layout == "auto" else SliceLayout(self._layout)
+        wanted = desired_slices(
             self.node_name,
             self.driver_name,
             self._generation,
@@ -170,10 +159,25 @@ class SlicePublisher:
             health,
             self._facts,
             self._node_uid,
-            getattr(_slices, "SliceLayout")(layout),  # noqa: B009 (issue 25 adds it)
+            layout,
             server_minor=self._server_minor,
         )
-        return wanted
+        return cast("list[dict[str, Any]]", wanted)
+
+    def _desired(self, info: Any, health: Mapping[str, bool]) -> list[dict[str, Any]]:
+        """The pool for this health. Where the API server keeps device taints (KEP-5055), an
+        unhealthy core's devices stay in the slice with a NoSchedule taint (users see why; a
+        DeviceTaintRule or toleration can act on it); where it drops them, they leave the slice."""
+        offered = self._layout_slices(info, health)
+        if not self._taints or all(health.values()):
+            return offered
+        full = self._layout_slices(info, dict.fromkeys(health, True))
+        kept = {d.get("name") for s in offered for d in (s.get("spec") or {}).get("devices") or []}
+        for body in full:
+            for device in (body.get("spec") or {}).get("devices") or []:
+                if device.get("name") not in kept:
+                    device["taints"] = [{"key": self.taint_key, "effect": "NoSchedule"}]
+        return full
 
     def _matches(self, current: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
         if current is None:
@@ -230,6 +234,8 @@ class SlicePublisher:
             self._kept[name] = (_comparable(body), _comparable(kept))
             if self._auto and self._dropped(body, kept):
                 return True
+            if self._taints_dropped(body, kept):
+                return True
         for name in stale:
             self._api.delete_slice(name)
         devices = [d.get("name") for w in wanted for d in (w.get("spec") or {}).get("devices") or []]
@@ -257,8 +263,7 @@ class SlicePublisher:
 
     def _dropped(self, sent: dict[str, Any], kept: dict[str, Any]) -> bool:
         """Layout "auto": the server dropped the partitionable fields -> per-core for good."""
-        dropped = getattr(_slices, "fields_dropped", None)
-        if self._layout == "per-core" or dropped is None or not dropped(sent, kept):
+        if self._layout == "per-core" or not fields_dropped(sent, kept):
             return False
         _log.warning(
             "the API server dropped the partitionable-device fields (feature gate "
@@ -268,6 +273,25 @@ class SlicePublisher:
         self._layout = "per-core"
         self._kept.clear()
         self._wake.set()  # republish in the new layout at once
+        return True
+
+    def _taints_dropped(self, sent: dict[str, Any], kept: dict[str, Any]) -> bool:
+        """Read-back: a tainted device came back without its taints (DRADeviceTaints off) ->
+        unhealthy devices leave the slice from now on."""
+        tainted = [d.get("name") for d in (sent.get("spec") or {}).get("devices") or [] if d.get("taints")]
+        if not tainted:
+            return False
+        back = {d.get("name"): d for d in (kept.get("spec") or {}).get("devices") or []}
+        if all((back.get(name) or {}).get("taints") for name in tainted):
+            return False
+        _log.warning(
+            "the API server dropped the device taints (feature gate DRADeviceTaints off?); "
+            "unhealthy cores leave the slice instead",
+            extra={"fields": {"slice": sent["metadata"]["name"]}},
+        )
+        self._taints = False
+        self._kept.clear()
+        self._wake.set()
         return True
 
     def delete_all(self) -> None:

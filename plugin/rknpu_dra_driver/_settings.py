@@ -87,6 +87,11 @@ class DraSettings(BaseSettings):
         None,
         description="the node's librknnrt.so (host path), mounted read-only at /usr/lib/librknnrt.so",
     )
+    api_client: Literal["auto", "kubernetes-client"] = Field(
+        "auto",
+        description="how to reach the API server: auto (a light HTTP client, the official kubernetes "
+        "client for exec/auth-provider credentials or a proxy) or kubernetes-client (always that one)",
+    )
     slice_layout: SliceLayoutSetting = Field(
         "auto",
         description="how the ResourceSlice offers the cores: partitionable (one device per one-context "
@@ -98,6 +103,15 @@ class DraSettings(BaseSettings):
         gt=0,
         le=60,
         description="seconds one API server request may take (prepare fails that claim after it)",
+    )
+    probe_model: str | None = Field(
+        None,
+        description='functional probe model (".rknn"; "{soc}" becomes the SoC name), the device plugin\'s '
+        "per-core probe: a core failing it leaves the slice and reads UNHEALTHY in pod status (default off)",
+    )
+    probe_interval: float = Field(300.0, gt=0, le=86400, description="seconds between probe rounds")
+    probe_timeout: float = Field(
+        20.0, gt=0, le=600, description="seconds one core's probe may take before the core counts as hung"
     )
     log_format: LogFormat = Field("text", description="log line format")
     log_level: LogLevel = Field("info", description="log level")
@@ -153,6 +167,16 @@ class DraSettings(BaseSettings):
     def _check_host_librknnrt(cls, value: str | None) -> str | None:
         return check_host_file(value)
 
+    @field_validator("probe_model")
+    @classmethod
+    def _check_probe_model(cls, value: str | None) -> str | None:
+        if value is not None and not value.replace("{soc}", "soc").endswith(".rknn"):
+            raise ValueError(f"{value!r} must name an .rknn model, e.g. /opt/rknpu-probe/probe-{{soc}}.rknn")
+        return value or None
+
+    def resolved_probe_model(self, soc_name: str) -> Path | None:
+        return Path(self.probe_model.replace("{soc}", soc_name)) if self.probe_model else None
+
     @field_validator("instance_id")
     @classmethod
     def _check_instance_id(cls, value: str) -> str:
@@ -167,10 +191,16 @@ class DraSettings(BaseSettings):
         )
 
 
-_FLAG_TYPES: dict[str, Any] = {"health_interval": float, "api_timeout": float}
+_FLAG_TYPES: dict[str, Any] = {
+    "health_interval": float,
+    "api_timeout": float,
+    "probe_interval": float,
+    "probe_timeout": float,
+}
 _FLAG_CHOICES: dict[str, list[str]] = {
     "log_format": LOG_FORMATS,
     "log_level": LOG_LEVELS,
+    "api_client": ["auto", "kubernetes-client"],
     "slice_layout": SLICE_LAYOUTS,
 }
 

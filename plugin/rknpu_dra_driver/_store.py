@@ -26,7 +26,7 @@ from ._cdi import (
     valid_uid,
     write_claim_spec,
 )
-from ._checkpoint import CHECKPOINT_NAME, CheckpointError, Entry, load, save
+from ._checkpoint import CHECKPOINT_NAME, CheckpointError, Entry, decode_bytes, load, save
 from ._claims import ClaimError, ClaimRef, PreparedClaim, our_devices
 from ._instance import SerializeLock
 from ._kube import ApiError, KubeApi
@@ -69,6 +69,7 @@ class ClaimStore:
         self.boot_id = boot_id
         self._metrics = metrics if metrics is not None else DraMetrics(None)
         self._lock = SerializeLock(plugin_dir)
+        self._parsed: tuple[bytes, dict[str, Entry]] | None = None
         self.before_checkpoint: Callable[[str], None] = lambda uid: None
         """Test hook: called between writing a claim's spec and its checkpoint entry."""
 
@@ -85,9 +86,22 @@ class ClaimStore:
             return 0
 
     def _read(self) -> dict[str, Entry]:
-        """The checkpoint (call with the lock held); a corrupt one is rebuilt from the specs."""
+        """The checkpoint (call with the lock held); a corrupt one is rebuilt from the specs.
+
+        The file is parsed again only when its bytes differ from the last parse (whichever
+        instance wrote it), so the checkpoint stays the only state between calls."""
         try:
-            return load(self.checkpoint_path)
+            raw = self.checkpoint_path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        except OSError:
+            raw = None
+        if raw is not None and self._parsed is not None and self._parsed[0] == raw:
+            return dict(self._parsed[1])
+        try:
+            entries = decode_bytes(raw) if raw is not None else load(self.checkpoint_path)
+            self._parsed = (raw, dict(entries)) if raw is not None else None
+            return entries
         except (CheckpointError, OSError) as exc:
             _log.error(
                 "checkpoint refused; rebuilding it from the CDI specs",
@@ -99,8 +113,13 @@ class ClaimStore:
             for _path, claim in claims_in_specs(self.cdi_dir, self.driver_name)
             if claim is not None
         }
-        save(self.checkpoint_path, entries)
+        self._save(entries)
         return entries
+
+    def _save(self, entries: dict[str, Entry]) -> None:
+        self._parsed = None
+        written = save(self.checkpoint_path, entries)
+        self._parsed = (written, dict(entries))
 
     def load(self) -> None:
         """At start: check the checkpoint (a corrupt one is rebuilt from our CDI specs), drop torn
@@ -120,7 +139,7 @@ class ClaimStore:
                     recovered.append(claim.ref.uid)
             if recovered:
                 _log.info("claims recovered from their CDI specs", extra={"fields": {"uids": recovered}})
-                save(self.checkpoint_path, entries)
+                self._save(entries)
             earlier = sum(1 for entry in entries.values() if entry.boot_id != self.boot_id)
         _log.info(
             "prepared claims loaded",
@@ -146,7 +165,7 @@ class ClaimStore:
                     continue  # unprepared, or prepared again in this boot, meanwhile
                 del entries[ref.uid]
                 remove_claim_spec(spec_path(self.cdi_dir, self.driver_name, ref.uid))
-                save(self.checkpoint_path, entries)
+                self._save(entries)
             _log.info("stale claim of an earlier boot removed", extra={"fields": {"claim": ref.describe()}})
         return len(gone)
 
@@ -198,7 +217,7 @@ class ClaimStore:
                 write_claim_spec(path, self._spec(prepared), durable=False)
                 self.before_checkpoint(ref.uid)
                 entries[ref.uid] = Entry(prepared, self.boot_id)
-                save(self.checkpoint_path, entries)
+                self._save(entries)
             except OSError as exc:
                 remove_claim_spec(path)
                 raise ClaimError(
@@ -271,7 +290,7 @@ class ClaimStore:
                 known = entries.pop(ref.uid, None)
                 remove_claim_spec(path)
                 if known is not None:
-                    save(self.checkpoint_path, entries)
+                    self._save(entries)
         except OSError as exc:
             message = f"{ref.describe()}: cannot remove its state: {exc}"
             _log.error("unprepare failed", extra={"fields": {"claim": ref.describe(), "error": message}})

@@ -38,8 +38,9 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class FakeApiServer:
-    def __init__(self, drop_fields: Collection[str] = (), minor: int = 35) -> None:
-        self.drop_fields = frozenset(drop_fields)
+    def __init__(self, drop_fields: Collection[str] = (), minor: int = 35, keep_taints: bool = False) -> None:
+        # Device taints are alpha (feature gate DRADeviceTaints, off by default): dropped unless asked.
+        self.drop_fields = frozenset(drop_fields) | (frozenset() if keep_taints else {"taints"})
         self.minor = minor
         self.events: list[tuple[str, dict[str, Any]]] = []
         """Every slice change as a watch event, in order (watches replay from here)."""
@@ -172,6 +173,12 @@ class FakeApiServer:
         if empty_from is not None:
             longest = max(longest, until - empty_from)
         return longest
+
+    def delete_slices_named(self, *names: str) -> None:
+        with self.changed:
+            for name in names:
+                self.slice_event("DELETED", self.slices.pop(name))
+            self.changed.notify_all()
 
     def wait_watching(self, count: int = 1, timeout: float = 60.0) -> None:
         with self.changed:
