@@ -481,3 +481,46 @@ def test_an_instance_with_an_id_waits_for_one_without(rig: DriverRig, instances:
     kubelet = KubeletStub(rig.settings.registration_dir, DRIVER)
     kubelet.register()
     assert kubelet.info is not None and kubelet.info.endpoint.endswith("dra-new-pod-uid.sock")
+
+
+def test_the_light_transport_speaks_https_with_a_token(tmp_path: Path) -> None:
+    import subprocess
+
+    from fakeapi import FakeApiServer
+
+    from rknpu_dra_driver._kube import KubeApi
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=fake-api",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    api = FakeApiServer(tls=(cert, key)).start()
+    try:
+        api.add_node(NODE)
+        client = KubeApi(str(api.kubeconfig(tmp_path / "kubeconfig")), 5.0)
+        client.connect()
+        assert client.transport == "light"
+        assert (client.get_node(NODE) or {})["metadata"]["name"] == NODE
+        assert client.list_slices(NODE, DRIVER) == []
+        assert api.authorizations == {"Bearer test-token"}
+    finally:
+        api.stop()
