@@ -5,6 +5,7 @@ instance, or the kubelet's wipe after an uninstall, takes over)."""
 
 from __future__ import annotations
 
+import collections
 import copy
 import threading
 from collections.abc import Mapping
@@ -23,6 +24,8 @@ RETRY_MAX_S = 5.0
 RESYNC_S = 60.0
 """A full comparison even without events: the safety net under the watch."""
 WATCH_SECONDS = 300
+OURS_KEPT = 64
+"""How many of our own writes' resourceVersions are remembered (their events are echoes)."""
 
 
 class _Wake:
@@ -77,7 +80,7 @@ class SlicePublisher:
         self._generation = 0
         self._kept: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
         """Slice name -> (what we sent, what the server kept of it), both `_comparable`."""
-        self._ours: set[str] = set()
+        self._ours: collections.deque[str] = collections.deque(maxlen=OURS_KEPT)
         """resourceVersions of our own writes: their watch events need no comparison."""
         self.publishes = 0
         """How many slice writes succeeded (tests and the benchmark await it)."""
@@ -230,7 +233,7 @@ class SlicePublisher:
             else:
                 body["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
                 kept = self._api.replace_slice(name, body)
-            self._ours.add(str((kept.get("metadata") or {}).get("resourceVersion")))
+            self._ours.append(str((kept.get("metadata") or {}).get("resourceVersion")))
             self._kept[name] = (_comparable(body), _comparable(kept))
             if self._auto and self._dropped(body, kept):
                 return True

@@ -55,7 +55,13 @@ def kubelet_starts(api: Any, node_name: str) -> list[str]:
 
 
 class KubeletStub:
-    def __init__(self, registry_dir: Path, driver_name: str = "npu.rockchip.com") -> None:
+    def __init__(
+        self, registry_dir: Path, driver_name: str = "npu.rockchip.com", api: Any = None, node_name: str = ""
+    ) -> None:
+        """With ``api`` (a FakeApiServer) and ``node_name``: a kubelet starting, which first deletes
+        every slice of its node, as the upstream one does."""
+        if api is not None:
+            kubelet_starts(api, node_name)
         self.registry_dir = registry_dir
         self.driver_name = driver_name
         self.plugins: list[tuple[Path, reg.PluginInfo]] = []
