@@ -53,10 +53,9 @@ def test_a_slice_deleted_by_the_kubelet_at_its_start_is_recreated_within_5_s(
     restarted = KubeletStub(rig.settings.registration_dir, DRIVER, api=rig.api, node_name=NODE)
     assert rig.api.slices == {} or _specs(rig.api.slices) == before  # wiped (or repaired already)
     rig.api.wait_slices(lambda s: _specs(s) == before, timeout=5)
+    took = time.monotonic() - began
     restarted.register()  # the driver registers with the restarted kubelet
-    print(
-        f"\n{layout}: {len(before)} deleted slice(s) re-created in {time.monotonic() - began:.3f} s (<= 5 s)"
-    )
+    print(f"\n{layout}: {len(before)} deleted slice(s) re-created in {took:.3f} s (<= 5 s)")
     # One slice of the pool deleted alone (the counters slice of the partitionable layout, say).
     began = time.monotonic()
     rig.api.delete_slices_named(sorted(before)[-1])
