@@ -268,10 +268,14 @@ def test_both_layouts_round_trip_through_the_v1_models_with_no_field_lost(
 ) -> None:
     bodies = slices(info(soc), layout, minor)
     assert [b["spec"]["pool"]["resourceSliceCount"] for b in bodies] == [len(bodies)] * len(bodies)
+    import kubernetes_validate
+
     for body in bodies:
         kept = _round_trip(body, "V1ResourceSlice")
         assert kept == body
         assert not fields_dropped(body, kept)
+        for version in ("1.34", kubernetes_validate.latest_version()):
+            kubernetes_validate.validate(body, version, strict=True)  # the API's schema, unknown fields fail
 
 
 def test_the_shipped_classes_and_claims_round_trip_through_the_v1_models() -> None:
