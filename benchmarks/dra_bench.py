@@ -12,6 +12,9 @@ Prints each target beside its number (docs/dra.md#measurements):
   new `python -m rknpu_dra_driver` process (interpreter start and imports included). Target <= 1 s.
 - Start -> slice published, as a new process on a node with no slice (the kubelet wiped it; the
   API client's import and start included). Target <= 2 s.
+- Rolling-update handover between two driver processes (--instance-id): the new one started and
+  registered, then the old one SIGTERMed, while the kubelet stub prepares claims back to back:
+  the longest prepare, and the longest time the node had no slice device. Targets <= 1 s.
 
     python benchmarks/dra_bench.py [--cycles 1000] [--rounds 5]
 """
@@ -54,6 +57,8 @@ TARGETS = {
     "restart_serving_in_process_s": 1.0,
     "restart_serving_process_s": 1.0,
     "start_to_slice_process_s": 2.0,
+    "handover_longest_prepare_s": 1.0,
+    "handover_longest_without_slice_s": 1.0,
 }
 
 
@@ -197,6 +202,76 @@ class Bench:
         self.kept_uid = uid
         return round(statistics.median(times), 3)
 
+    def _process_args(self, instance: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "rknpu_dra_driver",
+            f"--host-root={self.settings.host_root}",
+            f"--node-name={NODE}",
+            f"--kubeconfig={self.settings.kubeconfig}",
+            f"--registration-dir={self.settings.registration_dir}",
+            f"--plugin-dir={self.settings.resolved_plugin_dir}",
+            f"--cdi-dir={self.settings.cdi_dir}",
+            "--slice-layout=per-core",
+            "--log-level=warning",
+            f"--instance-id={instance}",
+        ]
+
+    def handover(self, claims: int = 2000) -> tuple[float, float]:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        names = [(f"h{i}", str(uuid.uuid4())) for i in range(claims)]
+        for name, uid in names:
+            self.api.add_claim(
+                "bench",
+                name,
+                uid,
+                [{"request": "npu", "driver": DRIVER, "pool": NODE, "device": "npu-core-2"}],
+            )
+        old = subprocess.Popen(self._process_args("old-pod"), env=env)
+        new: subprocess.Popen[bytes] | None = None
+        try:
+            kubelet = KubeletStub(self.settings.registration_dir, DRIVER)
+            kubelet.register(timeout=60)
+            self.api.wait_slices(lambda s: _devices(s) == 3)
+            longest = [0.0]
+            failures: list[str] = []
+            done = threading.Event()
+
+            def prepares() -> None:
+                for name, uid in names:
+                    if done.is_set():
+                        return
+                    began = time.perf_counter()
+                    try:
+                        if kubelet.prepare([("bench", name, uid)]).claims[uid].error:
+                            failures.append(uid)
+                        kubelet.unprepare([("bench", name, uid)])
+                    except Exception as exc:
+                        failures.append(repr(exc))
+                    longest[0] = max(longest[0], time.perf_counter() - began)
+
+            caller = threading.Thread(target=prepares)
+            began = time.monotonic()
+            caller.start()
+            new = subprocess.Popen(self._process_args("new-pod"), env=env)
+            kubelet.register(timeout=60)
+            old.send_signal(signal.SIGTERM)
+            old.wait(10)
+            time.sleep(0.5)  # prepares keep going to the new instance
+            done.set()
+            caller.join(60)
+            without = self.api.longest_without_devices(began, time.monotonic())
+            if failures:
+                raise SystemExit(f"handover: {len(failures)} prepares failed, e.g. {failures[0]}")
+            kubelet.close()
+            return round(longest[0], 3), round(without, 3)
+        finally:
+            for process in (old, new):
+                if process is not None and process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+                    process.wait(10)
+
     def restart_process(self, rounds: int) -> tuple[float, float]:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
         args = [
@@ -251,6 +326,9 @@ def main() -> int:
         serving, sliced = bench.restart_process(args.rounds)
         numbers["restart_serving_process_s"] = serving
         numbers["start_to_slice_process_s"] = sliced  # the slowest of the rounds
+        longest, without = bench.handover()
+        numbers["handover_longest_prepare_s"] = longest
+        numbers["handover_longest_without_slice_s"] = without
     finally:
         bench.end()
         bench.api.stop()

@@ -93,7 +93,8 @@ def _metrics_registry(address: str | None) -> CollectorRegistry | None:
 
 def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
     """Serve until SIGTERM/SIGINT (or ``stop``); 0 on a clean stop. Without an instance id a
-    second driver waits for the node's instance lock first; with one it serves beside the first."""
+    driver waits for the node's instance lock first; with one it serves beside others with ids
+    (and waits only for one without)."""
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     from . import _instance
     from ._kube import KubeApi
@@ -128,18 +129,19 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
             }
         },
     )
-    lock: int | None = None
-    if not settings.instance_id:
-        waiting = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)
-        waiting.add_signals()
-        waiting.add(*_external_stop(stop), name="stop")
-        lock_stop = threading.Event()
-        waiting.add(lambda: _instance.acquire(plugin_dir, lock_stop), lock_stop.set, name="instance-lock")
-        lock = waiting.run()
-        if lock is None:
-            api.close()
-            _log.info("stopped before taking over")
-            return 0
+    waiting = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)
+    waiting.add_signals()
+    waiting.add(*_external_stop(stop), name="stop")
+    lock_stop = threading.Event()
+    shared = bool(settings.instance_id)
+    waiting.add(
+        lambda: _instance.acquire(plugin_dir, lock_stop, shared=shared), lock_stop.set, name="instance-lock"
+    )
+    lock: int | None = waiting.run()
+    if lock is None:
+        api.close()
+        _log.info("stopped before taking over")
+        return 0
     metrics_server = None
     try:
         metrics = DraMetrics(_metrics_registry(settings.metrics_address))
@@ -236,8 +238,7 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
         if metrics_server is not None:
             metrics_server.stop()
         api.close()
-        if lock is not None:
-            _instance.release(lock)
+        _instance.release(lock)
     _log.info("stopped")
     return 0
 

@@ -1,7 +1,12 @@
 """Driver instances on one node: per-instance socket names for rolling updates (two pods of the
 DaemonSet serve side by side while the new one takes over, as the kubelet-plugin library's
 RollingUpdate does, kubelet 1.33+), and the file lock that serializes prepare and unprepare
-across them. Without an instance id there is one instance at a time: a second waits for the first."""
+across them. Without an instance id there is one instance at a time: a second waits for the first.
+
+`driver.lock` tells the two kinds apart: an instance with an id holds it shared (any number serve
+side by side), one without holds it exclusive. So the first upgrade from a driver without
+instance ids (which knows neither serialize.lock nor this checkpoint format) waits for the old
+one to stop, and only that one upgrade has the old gap."""
 
 from __future__ import annotations
 
@@ -52,16 +57,16 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
-def acquire(plugin_dir: Path, stop: threading.Event) -> int | None:
-    """The one-instance lock's fd (no instance id), or None when ``stop`` was set while another
-    instance held it."""
+def acquire(plugin_dir: Path, stop: threading.Event, shared: bool = False) -> int | None:
+    """The instance lock's fd (``shared`` for an instance with an id), or None when ``stop`` was
+    set while an instance that excludes us held it."""
     plugin_dir.mkdir(parents=True, exist_ok=True)
     path = plugin_dir / LOCK_NAME
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     said = False
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             break
         except BlockingIOError:
             if not said:
@@ -76,8 +81,9 @@ def acquire(plugin_dir: Path, stop: threading.Event) -> int | None:
                 return None
     if said:
         _log.info("the other instance stopped; taking over", extra={"fields": {"lock": str(path)}})
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    if not shared:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
     return fd
 
 

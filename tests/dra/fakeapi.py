@@ -38,7 +38,13 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class FakeApiServer:
-    def __init__(self, drop_fields: Collection[str] = (), minor: int = 35, keep_taints: bool = False) -> None:
+    def __init__(
+        self,
+        drop_fields: Collection[str] = (),
+        minor: int = 35,
+        keep_taints: bool = False,
+        tls: tuple[Path, Path] | None = None,
+    ) -> None:
         # Device taints are alpha (feature gate DRADeviceTaints, off by default): dropped unless asked.
         self.drop_fields = frozenset(drop_fields) | (frozenset() if keep_taints else {"taints"})
         self.minor = minor
@@ -54,17 +60,26 @@ class FakeApiServer:
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
+        self.authorizations: set[str] = set()
         self.down = False
         self.delay = 0.0
         self._version = 0
         self._server = _QuietServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
+        self.ca: Path | None = None
+        if tls is not None:  # (certificate, key): HTTPS, as every real API server
+            import ssl
+
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(tls[0]), str(tls[1]))
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            self.ca = tls[0]
         self._thread = threading.Thread(target=self._server.serve_forever, name="fakeapi", daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{'https' if self.ca else 'http'}://{host!s}:{port}"
 
     def start(self) -> FakeApiServer:
         self._thread.start()
@@ -85,13 +100,21 @@ class FakeApiServer:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "fake", "cluster": self._cluster()}],
             "users": [{"name": "driver", "user": {"token": "test-token"}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "driver"}}],
             "current-context": "fake",
         }
         path.write_text(json.dumps(config))
         return path
+
+    def _cluster(self) -> dict[str, Any]:
+        cluster: dict[str, Any] = {"server": self.url}
+        if self.ca is not None:
+            import base64
+
+            cluster["certificate-authority-data"] = base64.b64encode(self.ca.read_bytes()).decode()
+        return cluster
 
     # --- objects --------------------------------------------------------------------------------
 
@@ -236,6 +259,7 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             body = self._body() if method in ("POST", "PUT") else {}
             with api.lock:
                 api.requests.append((method, url.path))
+                api.authorizations.add(self.headers.get("Authorization") or "")
                 delay, down = api.delay, api.down
             if delay:
                 time.sleep(delay)  # the emulated slow server (the client's timeout is under test)

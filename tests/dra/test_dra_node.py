@@ -467,3 +467,60 @@ def test_an_unhealthy_core_is_tainted_where_the_api_server_keeps_taints() -> Non
         driver.end()
         api.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_an_instance_with_an_id_waits_for_one_without(rig: DriverRig, instances: list[_Instance]) -> None:
+    # The first upgrade from a driver without instance ids: it knows neither serialize.lock nor
+    # this checkpoint, so the new pod waits for it (the old gap, once).
+    kubelet = rig.start()
+    instances.append(_Instance(_settings(rig, "new-pod-uid")))
+    time.sleep(0.5)  # long enough for it to serve, were it not waiting (nothing to await)
+    assert not (rig.plugin_dir / "dra-new-pod-uid.sock").exists()
+    assert kubelet.info is not None and kubelet.info.endpoint.endswith("/dra.sock")
+    rig.end()
+    kubelet = KubeletStub(rig.settings.registration_dir, DRIVER)
+    kubelet.register()
+    assert kubelet.info is not None and kubelet.info.endpoint.endswith("dra-new-pod-uid.sock")
+
+
+def test_the_light_transport_speaks_https_with_a_token(tmp_path: Path) -> None:
+    import subprocess
+
+    from fakeapi import FakeApiServer
+
+    from rknpu_dra_driver._kube import KubeApi
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=fake-api",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    api = FakeApiServer(tls=(cert, key)).start()
+    try:
+        api.add_node(NODE)
+        client = KubeApi(str(api.kubeconfig(tmp_path / "kubeconfig")), 5.0)
+        client.connect()
+        assert client.transport == "light"
+        assert (client.get_node(NODE) or {})["metadata"]["name"] == NODE
+        assert client.list_slices(NODE, DRIVER) == []
+        assert api.authorizations == {"Bearer test-token"}
+    finally:
+        api.stop()
