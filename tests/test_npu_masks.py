@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -231,3 +233,29 @@ def test_parse_core_list_rejects_with_a_fix(text: str) -> None:
 def test_core_lists_in_masks_name_what_the_user_wrote() -> None:
     with pytest.raises(MaskError, match="'NPU_CORE_0_0' names a core twice"):
         parse_mask("NPU_CORE_0_0")
+
+
+@pytest.mark.parametrize(
+    ("soc", "count", "groups", "order"),
+    [
+        ("rk3588", 3, [{0, 1}, {2}], (2, 0, 1)),
+        ("rk3588", 2, [{0, 1}], (0, 1)),  # RK3582/3583 with core 2 fused off
+        ("rk3576", 2, [{0, 1}], (0, 1)),
+        ("rk3568", 1, [{0}], (0,)),
+        ("rk3562", 1, [{0}], (0,)),
+    ],
+)
+def test_context_groups_and_allocation_order_follow_the_masks(
+    soc: str, count: int, groups: list[set[int]], order: tuple[int, ...]
+) -> None:
+    from rknnlaunch.npu import allocation_order, context_groups, soc_by_name
+
+    spec = soc_by_name(soc)
+    assert spec is not None
+    found = context_groups(spec, count)
+    assert [set(g) for g in found] == groups
+    assert allocation_order(spec, count) == order
+    for group in found:  # any cores of one group run as one context
+        for size in range(1, len(group) + 1):
+            for subset in itertools.combinations(sorted(group), size):
+                assert is_runnable(spec, subset, count)

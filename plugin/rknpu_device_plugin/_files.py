@@ -8,8 +8,11 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+def write_atomic(path: Path, text: str, mode: int = 0o644, durable: bool = True) -> None:
     """Replace ``path`` with ``text`` so a concurrent reader sees the old file or the new one, never half.
+
+    ``durable`` fsyncs the content before the rename (a power cut then leaves the old file or the
+    new one); without it a kill of the process still does, the page cache holds the file.
 
     The temporary file is a dot-file in the same folder (same filesystem for rename; ignored by
     NFD, and not ``*.prom`` or ``*.json`` so node-exporter and CDI skip it too).
@@ -20,7 +23,8 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.chmod(temp_name, mode)
         os.replace(temp_name, path)
     except BaseException:

@@ -1,5 +1,6 @@
-"""Pure claim logic: which of a ResourceClaim's allocation results are ours, checked against the
-devices this node offers; what a prepared claim is (the checkpoint's and the CDI spec's record)."""
+"""Pure claim logic: which of a ResourceClaim's allocation results are ours (requests, firstAvailable
+subrequests, adminAccess), checked against the devices this node offers; what a prepared claim is
+(the checkpoint's and the CDI spec's record, one CDI device per request)."""
 
 from __future__ import annotations
 
@@ -27,18 +28,38 @@ class ClaimRef:
         return f"ResourceClaim {self.namespace}/{self.name} (uid {self.uid})"
 
 
+def base_request(request: str) -> str:
+    """``npu/pair`` (a firstAvailable subrequest's result) -> ``npu``: the kubelet matches a
+    container's ``resources.claims[].request`` to the base name."""
+    return request.split("/", 1)[0]
+
+
 @dataclass(frozen=True)
 class AllocatedDevice:
-    """One allocation result of ours: the request it serves, its pool and device."""
+    """One allocation result of ours: the request it serves (``req`` or ``req/subrequest``), its
+    pool and device, and whether it was allocated with adminAccess (no exclusivity)."""
 
     request: str
     pool: str
     device: str
+    admin: bool = False
+
+    @property
+    def base_request(self) -> str:
+        return base_request(self.request)
+
+    def to_json(self) -> dict[str, object]:
+        record: dict[str, object] = {"request": self.request, "pool": self.pool, "device": self.device}
+        if self.admin:
+            record["adminAccess"] = True
+        return record
 
 
 @dataclass(frozen=True)
 class PreparedClaim:
-    """What prepare did for one claim: its devices, their cores and the CDI device ID naming them."""
+    """What prepare did for one claim: its devices and their cores. ``cdi_device_id`` is the
+    claim's CDI name; each request is one CDI device, `request_cdi_id` (``<cdi_device_id>-<request>``),
+    so a container gets only the cores of the requests it names."""
 
     ref: ClaimRef
     devices: tuple[AllocatedDevice, ...]
@@ -48,13 +69,29 @@ class PreparedClaim:
     def cores(self) -> frozenset[int]:
         return cores_of(device.device for device in self.devices)
 
+    @property
+    def requests(self) -> tuple[str, ...]:
+        """The base request names, in result order, each once."""
+        return tuple(dict.fromkeys(device.base_request for device in self.devices))
+
+    def request_devices(self, request: str) -> tuple[AllocatedDevice, ...]:
+        return tuple(device for device in self.devices if device.base_request == request)
+
+    def request_cdi_id(self, request: str) -> str:
+        return f"{self.cdi_device_id}-{base_request(request)}"
+
+    @property
+    def exclusive_cores(self) -> frozenset[int]:
+        """The cores this claim holds exclusively (adminAccess results hold none)."""
+        return cores_of(device.device for device in self.devices if not device.admin)
+
     def to_json(self) -> dict[str, object]:
         return {
             "namespace": self.ref.namespace,
             "name": self.ref.name,
             "uid": self.ref.uid,
             "cdiDeviceID": self.cdi_device_id,
-            "devices": [{"request": d.request, "pool": d.pool, "device": d.device} for d in self.devices],
+            "devices": [device.to_json() for device in self.devices],
         }
 
     @classmethod
@@ -67,10 +104,18 @@ class PreparedClaim:
         return cls(
             ref,
             tuple(
-                AllocatedDevice(_text(d, "request"), _text(d, "pool"), _text(d, "device")) for d in devices
+                AllocatedDevice(_text(d, "request"), _text(d, "pool"), _text(d, "device"), _admin(d))
+                for d in devices
             ),
             _text(data, "cdiDeviceID"),
         )
+
+
+def _admin(data: object) -> bool:
+    value = data.get("adminAccess", False) if isinstance(data, Mapping) else False
+    if not isinstance(value, bool):
+        raise ValueError("adminAccess is not a boolean")
+    return value
 
 
 def _text(data: object, key: str) -> str:
@@ -111,7 +156,10 @@ def our_devices(
             continue
         ours.append(
             AllocatedDevice(
-                str(entry.get("request", "")), str(entry.get("pool", "")), str(entry.get("device", ""))
+                str(entry.get("request", "")),
+                str(entry.get("pool", "")),
+                str(entry.get("device", "")),
+                entry.get("adminAccess") is True,
             )
         )
     if not ours:

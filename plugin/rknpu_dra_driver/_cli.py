@@ -18,7 +18,12 @@ from ._settings import PROG, DraSettings, build_parser, settings_from
 from ._slices import NodeFacts
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from rknpu_device_plugin.devices import ResourceManager
+
     from ._kube import KubeApi
+    from ._store import ClaimStore
 
 SHUTDOWN_JOIN_SECONDS = 1.5
 _log = get_logger()
@@ -101,16 +106,40 @@ def start_api_client(api: KubeApi) -> Future[None]:
     return built
 
 
+STALE_RETRY_S = 30.0
+
+
+def _metrics_registry(address: str | None) -> CollectorRegistry | None:
+    if not address:
+        return None
+    from prometheus_client import CollectorRegistry, ProcessCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    ProcessCollector(registry=registry)
+    return registry
+
+
 def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
-    """Serve until SIGTERM/SIGINT (or ``stop``); 0 on a clean stop. Two actor groups: waiting for
-    the node's instance lock (a second driver waits for the first), then serving."""
+    """Serve until SIGTERM/SIGINT (or ``stop``); 0 on a clean stop. Without an instance id a
+    driver waits for the node's instance lock first; with one it serves beside others with ids
+    (and waits only for one without)."""
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    from . import _instance
+    from ._kube import KubeApi
+
+    # The API client's import is most of a start: it loads on a thread while the rest comes up
+    # (discovery, the checkpoint, the sockets: prepared claims need no API).
+    api = KubeApi(settings.kubeconfig, settings.api_timeout, settings.api_client)
+    api.check_config()
+    api_built = start_api_client(api)  # a client that cannot be built stops the driver (its task below)
+
     from rknpu_device_plugin import NullEvents
     from rknpu_device_plugin.devices import ResourceManager
 
-    from . import _instance
+    from ._checkpoint import boot_id
     from ._grpc import KubeletServers
-    from ._kube import KubeApi
+    from ._health import HealthBoard
+    from ._metrics import DraMetrics
     from ._publisher import SlicePublisher
     from ._store import ClaimStore
 
@@ -124,6 +153,7 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
                 "driver": settings.driver_name,
                 "node": settings.node_name,
                 "plugin_dir": str(plugin_dir),
+                **({"instance": settings.instance_id} if settings.instance_id else {}),
             }
         },
     )
@@ -131,14 +161,18 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
     waiting.add_signals()
     waiting.add(*_external_stop(stop), name="stop")
     lock_stop = threading.Event()
-    waiting.add(lambda: _instance.acquire(plugin_dir, lock_stop), lock_stop.set, name="instance-lock")
-    lock = waiting.run()
+    shared = bool(settings.instance_id)
+    waiting.add(
+        lambda: _instance.acquire(plugin_dir, lock_stop, shared=shared), lock_stop.set, name="instance-lock"
+    )
+    lock: int | None = waiting.run()
     if lock is None:
+        api.close()
         _log.info("stopped before taking over")
         return 0
+    metrics_server = None
     try:
-        api = KubeApi(settings.kubeconfig, settings.api_timeout)
-        api.check_config()
+        metrics = DraMetrics(_metrics_registry(settings.metrics_address))
         resources = ResourceManager(
             host,
             NullEvents(),
@@ -152,7 +186,14 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
         resources.when_missing = "publishing no devices and re-scanning for a late driver load"
         resources.scan()
         store = ClaimStore(
-            api, resources, settings.driver_name, settings.node_name, plugin_dir, settings.cdi_dir
+            api,
+            resources,
+            settings.driver_name,
+            settings.node_name,
+            plugin_dir,
+            settings.cdi_dir,
+            boot_id=boot_id(host),
+            metrics=metrics,
         )
         store.load()
         publisher = SlicePublisher(
@@ -161,18 +202,41 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
             settings.node_name,
             settings.driver_name,
             node_facts(host, settings.host_librknnrt),
+            layout=settings.slice_layout,
+            metrics=metrics,
         )
         api.on_ready = publisher.wake
-        servers = KubeletServers(store, settings.driver_name, plugin_dir, settings.registration_dir)
-        api_built = start_api_client(api)  # it loads while the sockets come up (prepared claims need no API)
+        if api.ready:
+            publisher.wake()
+        board = HealthBoard(resources, settings.node_name)
+        metrics.watch(lambda: resources.state.health, store.count)
+        board.on_change = lambda health: metrics.collect_health()
+        metrics.collect_health()
+        servers = KubeletServers(
+            store,
+            board,
+            settings.driver_name,
+            plugin_dir,
+            settings.registration_dir,
+            settings.instance_id,
+            settings.inotify,
+        )
         servers.start()
-        # Interrupts run in the order added: the sockets go first (the kubelet stops calling), then
-        # the health and publishing loops; the slice is deleted once all have ended.
+        if metrics.registry is not None and settings.metrics_address:
+            from rknpu_device_plugin.telemetry import MetricsServer
+
+            metrics_server = MetricsServer(settings.metrics_address, metrics.registry)
+        # Interrupts run in the order added: the sockets go first (the kubelet stops calling, or
+        # turns to the other instance), then the health and publishing loops. The slices stay.
         serving = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)
         serving.add_signals()
         serving.add(*_external_stop(stop), name="stop")
         serving.add_task(api_built.result, name="api-client")  # no client: the driver stops
         serving.add(*closing_actor(servers.stop), name="kubelet-servers")
+        registration_stop = threading.Event()
+        serving.add(
+            lambda: servers.watch_registration(registration_stop), registration_stop.set, name="registration"
+        )
         health_stop = threading.Event()
 
         def stop_health() -> None:
@@ -180,6 +244,8 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
             resources.close()
 
         serving.add(lambda: resources.run(health_stop), stop_health, name="health")
+        if settings.probe_model is not None:
+            serving.add(*_probe_actor(settings, resources, store), name="probe")
         publish_stop = threading.Event()
 
         def stop_publisher() -> None:
@@ -188,13 +254,65 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
             api.close()
 
         serving.add(lambda: publisher.run(publish_stop), stop_publisher, name="slices")
+        stale_stop = threading.Event()
+        serving.add(lambda: _clean_stale(store, api, stale_stop), stale_stop.set, name="stale-claims")
         try:
             serving.run()
         finally:
             _log.info("stopping")
-            if api_built.done() and api_built.exception() is None:  # no client: nothing was published
+            if settings.delete_slices_on_stop and api_built.done() and api_built.exception() is None:
                 publisher.delete_all()
+            store.close()
     finally:
+        if metrics_server is not None:
+            metrics_server.stop()
+        api.close()
         _instance.release(lock)
     _log.info("stopped")
     return 0
+
+
+def _probe_actor(
+    settings: DraSettings, resources: ResourceManager, store: ClaimStore
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The device plugin's per-core probe on the free cores (a prepared claim's cores are its
+    pod's): its verdicts feed the ResourceManager, so the slice and the health stream follow."""
+    from rknpu_device_plugin import NullEvents
+    from rknpu_device_plugin.devices import ProbeLoop, ProbeRunner
+
+    def held() -> set[int]:
+        return {core for claim in store.claims.values() for core in claim.cores}
+
+    probe = ProbeLoop(
+        resources,
+        NullEvents(),
+        ProbeRunner(settings.probe_timeout, settings.host_root),
+        settings.resolved_probe_model,
+        held,
+        settings.probe_interval,
+    )
+    probe.begin()  # no core is offered until its first verdict
+    stop = threading.Event()
+
+    def interrupt() -> None:
+        stop.set()
+        probe.close()
+
+    return lambda: probe.run(stop), interrupt
+
+
+def _clean_stale(store: ClaimStore, api: KubeApi, stop: threading.Event) -> None:
+    """Once the API answers: drop the claims of an earlier boot the API server no longer has;
+    then wait for ``stop`` (an actor that returns would end the group)."""
+    from ._kube import ApiError
+
+    while not stop.is_set() and not api.wait_ready(1.0):
+        pass
+    while not stop.is_set():
+        try:
+            store.clean_stale()
+            break
+        except ApiError as exc:
+            _log.debug("stale claims not checked yet", extra={"fields": {"error": str(exc)}})
+        stop.wait(STALE_RETRY_S)
+    stop.wait()

@@ -1,23 +1,33 @@
-"""The kubelet side: the Registration server (plugins_registry) and the DRAPlugin v1 + v1beta1
-servers on the driver's own socket, turning gRPC messages into `ClaimStore` calls and back."""
+"""The kubelet side: the Registration server (plugins_registry), re-created when its socket is
+deleted, and on the driver's own socket the DRAPlugin v1 + v1beta1 services (gRPC messages into
+`ClaimStore` calls and back) and DRAResourceHealth v1alpha1 + v1 (the `HealthBoard`'s records)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from rknpu_device_plugin.devices import FolderWatcher
+
 from ._claims import ClaimRef, PreparedClaim
+from ._health import CHECK_TIMEOUT_S, HealthBoard
+from ._instance import dra_socket_name, registration_socket_name
 from ._kubeapi.dra.v1 import api_pb2 as v1
 from ._kubeapi.dra.v1 import api_pb2_grpc as v1_grpc
 from ._kubeapi.dra.v1beta1 import api_pb2 as v1beta1
 from ._kubeapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from ._kubeapi.dra_health.v1 import api_pb2 as health_v1
+from ._kubeapi.dra_health.v1 import api_pb2_grpc as health_v1_grpc
+from ._kubeapi.dra_health.v1alpha1 import api_pb2 as health_v1alpha1
+from ._kubeapi.dra_health.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
 from ._kubeapi.pluginregistration.v1 import api_pb2 as reg
 from ._kubeapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from ._log import get_logger
@@ -27,14 +37,19 @@ _log = get_logger("kubelet")
 
 PLUGIN_TYPE = "DRAPlugin"
 """kubelet's pluginwatcher type for DRA drivers (k8s.io/kubelet pluginregistration/v1 DRAPlugin)."""
-SUPPORTED_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
-"""kubelet's names for the services (DRAPluginService in k8s.io/kubelet pkg/apis/dra/*/types.go)."""
-DRA_SOCKET_NAME = "dra.sock"
+SUPPORTED_SERVICES = (
+    "v1.DRAPlugin",
+    "v1beta1.DRAPlugin",
+    "v1.DRAResourceHealth",
+    "v1alpha1.DRAResourceHealth",
+)
+"""kubelet's names for the services (DRAPluginService in k8s.io/kubelet pkg/apis/dra/*/types.go,
+DRAResourceHealthService in pkg/apis/dra-health/v1/types.go; the library lists v1alpha1 by its
+service name too). A kubelet ignores the names it does not know."""
 WORKERS = 8
-
-
-def registration_socket_name(driver_name: str) -> str:
-    return f"{driver_name}-reg.sock"
+"""Prepare/unprepare calls and the kubelet's health streams (one per plugin connection)."""
+REGISTRATION_CHECK_S = 1.0
+"""Re-check of the registration socket without inotify events (a safety net under inotify)."""
 
 
 def _prepare_answer(pb: Any, store: ClaimStore, claims: Any) -> Any:
@@ -52,10 +67,11 @@ def _prepare_answer(pb: Any, store: ClaimStore, claims: Any) -> Any:
 def _devices(pb: Any, prepared: PreparedClaim) -> list[Any]:
     return [
         pb.Device(
-            request_names=[device.request] if device.request else [],
+            # The base request: the kubelet matches containers by it, never by "req/subrequest".
+            request_names=[device.base_request] if device.request else [],
             pool_name=device.pool,
             device_name=device.device,
-            cdi_device_ids=[prepared.cdi_device_id],
+            cdi_device_ids=[prepared.request_cdi_id(device.request)],
         )
         for device in prepared.devices
     ]
@@ -105,6 +121,44 @@ class DraV1beta1Service(v1beta1_grpc.DRAPluginServicer):
         return answer
 
 
+def _health_answer(pb: Any, board: HealthBoard, context: grpc.ServicerContext) -> Iterator[Any]:
+    ended = threading.Event()
+    context.add_callback(ended.set)  # the kubelet hung up
+    for records in board.follow(ended):
+        yield pb.NodeWatchResourcesResponse(
+            devices=[
+                pb.DeviceHealth(
+                    device=pb.DeviceIdentifier(pool_name=r.pool, device_name=r.device),
+                    health=pb.HEALTHY if r.healthy else pb.UNHEALTHY,
+                    last_updated_time=r.updated,
+                    health_check_timeout_seconds=CHECK_TIMEOUT_S,
+                    message=r.message,
+                )
+                for r in records
+            ]
+        )
+
+
+class HealthV1Service(health_v1_grpc.DRAResourceHealthServicer):
+    def __init__(self, board: HealthBoard) -> None:
+        self._board = board
+
+    def NodeWatchResources(
+        self, request: health_v1.NodeWatchResourcesRequest, context: grpc.ServicerContext
+    ) -> Iterator[health_v1.NodeWatchResourcesResponse]:
+        return _health_answer(health_v1, self._board, context)
+
+
+class HealthV1alpha1Service(health_v1alpha1_grpc.DRAResourceHealthServicer):
+    def __init__(self, board: HealthBoard) -> None:
+        self._board = board
+
+    def NodeWatchResources(
+        self, request: health_v1alpha1.NodeWatchResourcesRequest, context: grpc.ServicerContext
+    ) -> Iterator[health_v1alpha1.NodeWatchResourcesResponse]:
+        return _health_answer(health_v1alpha1, self._board, context)
+
+
 class RegistrationService(reg_grpc.RegistrationServicer):
     def __init__(self, driver_name: str, endpoint: Path) -> None:
         self._driver_name = driver_name
@@ -132,35 +186,155 @@ class RegistrationService(reg_grpc.RegistrationServicer):
         return reg.RegistrationStatusResponse()
 
 
+def _answers(path: Path) -> bool:
+    """Whether something accepts connections on the unix socket (a dead instance's refuse)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
 class KubeletServers:
     """Both servers: the DRA socket is served before the registration socket appears, so the
-    kubelet, which dials the endpoint as soon as it sees the registration socket, finds it ready."""
+    kubelet, which dials the endpoint as soon as it sees the registration socket, finds it ready.
 
-    def __init__(self, store: ClaimStore, driver_name: str, plugin_dir: Path, registration_dir: Path) -> None:
-        self.dra_socket = plugin_dir / DRA_SOCKET_NAME
-        self.registration_socket = registration_dir / registration_socket_name(driver_name)
+    With an instance id (a rolling update) the socket names are the instance's own, so an old and
+    a new instance serve side by side; the kubelet (1.33+) calls the newest registered one."""
+
+    def __init__(
+        self,
+        store: ClaimStore,
+        board: HealthBoard,
+        driver_name: str,
+        plugin_dir: Path,
+        registration_dir: Path,
+        instance_id: str = "",
+        use_inotify: bool = True,
+    ) -> None:
+        self.driver_name = driver_name
+        self.instance_id = instance_id
+        self.dra_socket = plugin_dir / dra_socket_name(instance_id)
+        self.registration_socket = registration_dir / registration_socket_name(
+            registration_dir, driver_name, instance_id
+        )
         self.registration = RegistrationService(driver_name, self.dra_socket)
+        self._board = board
+        self._use_inotify = use_inotify
         self._dra = grpc.server(ThreadPoolExecutor(WORKERS, thread_name_prefix="dra"))
         v1_grpc.add_DRAPluginServicer_to_server(DraV1Service(store), self._dra)
         v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1Service(store), self._dra)
-        self._reg = grpc.server(ThreadPoolExecutor(2, thread_name_prefix="registration"))
-        reg_grpc.add_RegistrationServicer_to_server(self.registration, self._reg)
+        health_v1_grpc.add_DRAResourceHealthServicer_to_server(HealthV1Service(board), self._dra)
+        health_v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(HealthV1alpha1Service(board), self._dra)
+        self._reg: grpc.Server | None = None
+        self._reg_inode: int | None = None
+        self._reg_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._watcher: FolderWatcher | None = None
+        self.registrations = 0
+        """How many times the registration socket was served (1 + re-creations)."""
+
+    def _remove_dead_sockets(self) -> None:
+        """Sockets of instances that died without cleaning up (kill -9): nobody answers on them,
+        and the kubelet would keep trying them."""
+        folders = (
+            (
+                self.registration_socket.parent,
+                (f"{self.driver_name}-reg.sock", f"{self.driver_name}-*-reg.sock"),
+            ),
+            (self.dra_socket.parent, ("dra.sock", "dra-*.sock")),
+        )
+        for folder, patterns in folders:
+            for pattern in patterns:
+                for path in folder.glob(pattern) if folder.is_dir() else ():
+                    if path in (self.dra_socket, self.registration_socket) or not _answers(path):
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(path)
+                            _log.info(
+                                "removed a dead instance's socket", extra={"fields": {"socket": str(path)}}
+                            )
+
+    def _serve(self, server: grpc.Server, path: Path) -> int | None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        server.add_insecure_port(f"unix://{path}")
+        server.start()
+        os.chmod(path, 0o600)
+        _log.info("serving", extra={"fields": {"socket": str(path)}})
+        return _inode(path)
+
+    def _serve_registration(self) -> None:
+        server = grpc.server(ThreadPoolExecutor(2, thread_name_prefix="registration"))
+        reg_grpc.add_RegistrationServicer_to_server(self.registration, server)
+        with self._reg_lock:
+            if self._stopping.is_set():
+                return
+            old, self._reg = self._reg, server
+            if old is not None:
+                old.stop(0)
+            self._reg_inode = self._serve(server, self.registration_socket)
+            self.registrations += 1
 
     def start(self) -> None:
-        """Serve both sockets (mode 0600: only the kubelet, as root, may call us). The caller holds
-        the node's instance lock, so any socket of these names is a dead instance's: replaced."""
-        for server, path in ((self._dra, self.dra_socket), (self._reg, self.registration_socket)):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            server.add_insecure_port(f"unix://{path}")
-            server.start()
-            os.chmod(path, 0o600)
-            _log.info("serving", extra={"fields": {"socket": str(path)}})
+        """Serve both sockets (mode 0600: only the kubelet, as root, may call us)."""
+        self._remove_dead_sockets()
+        self._serve(self._dra, self.dra_socket)
+        self._serve_registration()
+
+    def watch_registration(self, stop: threading.Event) -> None:
+        """Serve the registration socket again whenever it is deleted or replaced (someone cleaned
+        the folder): the kubelet then registers us again. Until ``stop``."""
+        watcher = FolderWatcher([self.registration_socket.parent], use_inotify=self._use_inotify)
+        self._watcher = watcher
+        check = REGISTRATION_CHECK_S if watcher.uses_inotify else 0.1
+        try:
+            while not stop.is_set() and not self._stopping.is_set():
+                watcher.wait(check)
+                if stop.is_set() or self._stopping.is_set():
+                    break
+                with self._reg_lock:
+                    intact = (
+                        self._reg_inode is not None and _inode(self.registration_socket) == self._reg_inode
+                    )
+                if not intact:
+                    _log.warning(
+                        "the registration socket was removed; serving it again",
+                        extra={"fields": {"socket": str(self.registration_socket)}},
+                    )
+                    try:
+                        if not self._stopping.is_set():
+                            self._serve_registration()
+                    except Exception as exc:  # keep watching: a later event may let it succeed
+                        _log.error(
+                            "cannot serve the registration socket", extra={"fields": {"error": repr(exc)}}
+                        )
+        finally:
+            self._watcher = None
+            watcher.close()
 
     def stop(self) -> None:
-        """Registration first (the kubelet deregisters on its removal), then the DRA socket."""
-        for server, path in ((self._reg, self.registration_socket), (self._dra, self.dra_socket)):
+        """Registration first (the kubelet deregisters on its removal and turns to another
+        instance), then the health streams end, then the DRA socket with a short grace."""
+        self._stopping.set()
+        if self._watcher is not None:
+            self._watcher.wake()
+        with self._reg_lock:
+            reg, self._reg, self._reg_inode = self._reg, None, None
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            server.stop(grace=0.5).wait(1.0)
+                os.unlink(self.registration_socket)
+        if reg is not None:
+            reg.stop(grace=0.5).wait(1.0)
+        self._board.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.dra_socket)
+        self._dra.stop(grace=0.5).wait(1.0)

@@ -1,35 +1,78 @@
-"""One driver per node and driver name: an flock on ``<plugin-dir>/driver.lock``. A second driver
-(a rolling update's new pod, a stray copy) waits for the first to stop instead of fighting it."""
+"""Driver instances on one node: per-instance socket names for rolling updates (two pods of the
+DaemonSet serve side by side while the new one takes over, as the kubelet-plugin library's
+RollingUpdate does, kubelet 1.33+), and the file lock that serializes prepare and unprepare
+across them. Without an instance id there is one instance at a time: a second waits for the first.
+
+`driver.lock` tells the two kinds apart: an instance with an id holds it shared (any number serve
+side by side), one without holds it exclusive. So the first upgrade from a driver without
+instance ids (which knows neither serialize.lock nor this checkpoint format) waits for the old
+one to stop, and only that one upgrade has the old gap."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
+import hashlib
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from ._log import get_logger
 
 _log = get_logger("instance")
 LOCK_NAME = "driver.lock"
+SERIALIZE_LOCK_NAME = "serialize.lock"
+"""The lock every instance takes around each prepare/unprepare (the library's name for it)."""
 POLL_S = 0.05
+UNIX_PATH_MAX = 107
+"""sun_path holds 108 bytes with the terminating NUL."""
 
 
-def acquire(plugin_dir: Path, stop: threading.Event) -> int | None:
-    """The held lock's fd, or None when ``stop`` was set while another instance held it."""
+def registration_socket_name(registry_dir: Path, driver_name: str, instance_id: str) -> str:
+    """``<driver>-reg.sock``; with an instance id the first of ``<driver>-<id>-reg.sock``,
+    ``<driver>-<b64(sha256(id))[:8 bytes]>-reg.sock``, ``dra-<b64(sha256(driver NUL id))[:16
+    bytes]>-reg.sock`` whose full path fits a unix socket address (the library's choice)."""
+    if not instance_id:
+        return f"{driver_name}-reg.sock"
+    id_hash = hashlib.sha256(instance_id.encode()).digest()
+    both_hash = hashlib.sha256(f"{driver_name}\0{instance_id}".encode()).digest()
+    candidates = (
+        f"{driver_name}-{instance_id}-reg.sock",
+        f"{driver_name}-{_b64(id_hash[:8])}-reg.sock",
+        f"dra-{_b64(both_hash[:16])}-reg.sock",
+    )
+    for name in candidates:
+        if len(str(registry_dir / name)) <= UNIX_PATH_MAX:
+            return name
+    return candidates[-1]
+
+
+def dra_socket_name(instance_id: str) -> str:
+    return f"dra-{instance_id}.sock" if instance_id else "dra.sock"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def acquire(plugin_dir: Path, stop: threading.Event, shared: bool = False) -> int | None:
+    """The instance lock's fd (``shared`` for an instance with an id), or None when ``stop`` was
+    set while an instance that excludes us held it."""
     plugin_dir.mkdir(parents=True, exist_ok=True)
     path = plugin_dir / LOCK_NAME
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     said = False
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             break
         except BlockingIOError:
             if not said:
                 _log.warning(
-                    "another rknpu-dra-driver serves this node; waiting for it to stop",
+                    "another rknpu-dra-driver serves this node; waiting for it to stop "
+                    "(give each instance --instance-id to serve side by side)",
                     extra={"fields": {"lock": str(path)}},
                 )
                 said = True
@@ -38,11 +81,44 @@ def acquire(plugin_dir: Path, stop: threading.Event) -> int | None:
                 return None
     if said:
         _log.info("the other instance stopped; taking over", extra={"fields": {"lock": str(path)}})
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    if not shared:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
     return fd
 
 
 def release(fd: int) -> None:
     with contextlib.suppress(OSError):
         os.close(fd)
+
+
+class SerializeLock:
+    """An flock on ``<plugin-dir>/serialize.lock`` plus a thread lock: one prepare or unprepare at
+    a time on the node, whichever instance (and thread) the kubelet called."""
+
+    def __init__(self, plugin_dir: Path) -> None:
+        self.path = plugin_dir / SERIALIZE_LOCK_NAME
+        self._threads = threading.Lock()
+        self._fd: int | None = None
+
+    def _open(self) -> int:
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return self._fd
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with self._threads:
+            fd = self._open()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        with self._threads:
+            if self._fd is not None:
+                release(self._fd)
+                self._fd = None

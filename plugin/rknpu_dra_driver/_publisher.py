@@ -1,20 +1,31 @@
-"""Publishes this node's ResourceSlice: at start, on every health change (within the change's own
-scan, well under 1 s) and again after an API failure, with backoff; deletes it on a clean stop."""
+"""Keeps this node's ResourceSlices true: publishes the pool at start and on every health change,
+watches the driver's own slices and repairs any that someone else deleted or edited, republishes
+the true state after an API outage, and leaves the slices in place on a clean stop (the next
+instance, or the kubelet's wipe after an uninstall, takes over)."""
 
 from __future__ import annotations
 
+import collections
+import copy
 import threading
+from collections.abc import Mapping
 from typing import Any, cast
 
 from rknpu_device_plugin.devices import DeviceState, ResourceManager
 
 from ._kube import ApiError, KubeApi
 from ._log import get_logger
-from ._slices import NodeFacts, slice_body, slice_name
+from ._metrics import DraMetrics
+from ._slices import NodeFacts, SliceLayout, desired_slices, fields_dropped
 
 _log = get_logger("slices")
 RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 5.0
+RESYNC_S = 60.0
+"""A full comparison even without events: the safety net under the watch."""
+WATCH_SECONDS = 300
+OURS_KEPT = 64
+"""How many of our own writes' resourceVersions are remembered (their events are echoes)."""
 
 
 class _Wake:
@@ -27,43 +38,78 @@ class _Wake:
         self._wake.set()
 
 
+def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
+    """What must match for a slice to be ours as we want it: the spec without the generation."""
+    spec = copy.deepcopy(obj.get("spec") or {})
+    pool = spec.get("pool")
+    if isinstance(pool, dict):
+        pool.pop("generation", None)
+    return cast("dict[str, Any]", spec)
+
+
 class SlicePublisher:
-    """Keeps the API server's slice of (node, driver) equal to what the ResourceManager sees."""
+    """Makes the API server's slices of (node, driver) equal to what the ResourceManager sees."""
 
     def __init__(
-        self, api: KubeApi, resources: ResourceManager, node_name: str, driver_name: str, facts: NodeFacts
+        self,
+        api: KubeApi,
+        resources: ResourceManager,
+        node_name: str,
+        driver_name: str,
+        facts: NodeFacts,
+        *,
+        layout: str = "auto",
+        server_minor: int | None = None,
+        metrics: DraMetrics | None = None,
     ) -> None:
         self._api = api
         self._resources = resources
         self.node_name = node_name
         self.driver_name = driver_name
         self._facts = facts
+        self._layout = layout
+        self._auto = layout == "auto"
+        self._server_minor = server_minor
+        self._minor_known = server_minor is not None
+        self._metrics = metrics if metrics is not None else DraMetrics(None)
+        self.taint_key = f"{driver_name}/unhealthy"
+        self._taints = True
+        """Until a read-back shows the API server drops device taints."""
         self._wake = threading.Event()
         self._node_uid: str | None = None
         self._generation = 0
-        self._published: dict[str, Any] | None = None
+        self._kept: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+        """Slice name -> (what we sent, what the server kept of it), both `_comparable`."""
+        self._ours: collections.deque[str] = collections.deque(maxlen=OURS_KEPT)
+        """resourceVersions of our own writes: their watch events need no comparison."""
         self.publishes = 0
         """How many slice writes succeeded (tests and the benchmark await it)."""
+        self.repairs = 0
         self.published = threading.Condition()
 
+    # --- loops ----------------------------------------------------------------------------------
+
     def run(self, stop: threading.Event) -> None:
+        """Publish on every wake (health, a watch event, the client ready), retry failures with
+        backoff, and compare everything every RESYNC_S; the watch runs on a thread of its own."""
         sink = self._resources.subscribe(_Wake(self._wake))
+        watcher = threading.Thread(target=self._watch, args=(stop,), name="slice-watch", daemon=True)
+        watcher.start()
         delay = RETRY_FIRST_S
         failing = False
         try:
             while not stop.is_set():
-                # After a failure, retry after ``delay``, or at once when something changes (health,
-                # the API client becoming ready).
-                self._wake.wait(delay if failing else None)
+                self._wake.wait(delay if failing else RESYNC_S)
                 self._wake.clear()
                 if stop.is_set():
                     break
                 try:
                     self.publish()
                 except ApiError as exc:
+                    self._metrics.api_error("publish")
                     if not failing:
                         _log.error(
-                            "cannot publish the ResourceSlice; retrying",
+                            "cannot publish the ResourceSlices; retrying",
                             extra={"fields": {"error": str(exc)}},
                         )
                     else:
@@ -71,81 +117,192 @@ class SlicePublisher:
                     failing = True
                     continue
                 if failing:
-                    _log.info("ResourceSlice published again after API errors")
+                    _log.info("ResourceSlices published again after API errors")
                 failing, delay = False, RETRY_FIRST_S
         finally:
             self._resources.unsubscribe(sink)
+            self._api.end_watches()
+            watcher.join(2.0)
+
+    def _watch(self, stop: threading.Event) -> None:
+        """Watch our slices; any change not of our own making wakes the publisher. A broken watch
+        is re-opened with backoff, and its first events (the current slices) resync everything."""
+        delay = RETRY_FIRST_S
+        while not stop.is_set():
+            try:
+                for kind, obj in self._api.watch_slices(self.node_name, self.driver_name, WATCH_SECONDS):
+                    delay = RETRY_FIRST_S
+                    if stop.is_set():
+                        return
+                    version = (obj.get("metadata") or {}).get("resourceVersion")
+                    if kind == "BOOKMARK" or (kind != "DELETED" and version in self._ours):
+                        continue
+                    self._wake.set()
+            except ApiError as exc:
+                if stop.is_set():
+                    return
+                self._metrics.api_error("watch")
+                _log.debug("slice watch broke; re-opening", extra={"fields": {"error": str(exc)}})
+                self._wake.set()  # after an outage: publish the true state as soon as the API answers
+                stop.wait(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
 
     def wake(self) -> None:
         self._wake.set()
 
+    # --- one pass -------------------------------------------------------------------------------
+
+    def _layout_slices(self, info: Any, health: Any) -> list[dict[str, Any]]:
+        layout = SliceLayout.PARTITIONABLE if self._layout == "auto" else SliceLayout(self._layout)
+        wanted = desired_slices(
+            self.node_name,
+            self.driver_name,
+            self._generation,
+            info,
+            health,
+            self._facts,
+            self._node_uid,
+            layout,
+            server_minor=self._server_minor,
+        )
+        return cast("list[dict[str, Any]]", wanted)
+
+    def _desired(self, info: Any, health: Mapping[str, bool]) -> list[dict[str, Any]]:
+        """The pool for this health. Where the API server keeps device taints (KEP-5055), an
+        unhealthy core's devices stay in the slice with a NoSchedule taint (users see why; a
+        DeviceTaintRule or toleration can act on it); where it drops them, they leave the slice."""
+        offered = self._layout_slices(info, health)
+        if not self._taints or all(health.values()):
+            return offered
+        full = self._layout_slices(info, dict.fromkeys(health, True))
+        kept = {d.get("name") for s in offered for d in (s.get("spec") or {}).get("devices") or []}
+        for body in full:
+            for device in (body.get("spec") or {}).get("devices") or []:
+                if device.get("name") not in kept:
+                    device["taints"] = [{"key": self.taint_key, "effect": "NoSchedule"}]
+        return full
+
+    def _matches(self, current: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
+        if current is None:
+            return False
+        have, want = _comparable(current), _comparable(wanted)
+        if have == want:
+            return True
+        kept = self._kept.get(wanted["metadata"]["name"])
+        return kept is not None and kept[0] == want and kept[1] == have
+
     def publish(self) -> bool:
-        """Make the API server's slice match the current devices; True if anything was written."""
+        """Make the API server's slices match the current devices; True if anything was written."""
         info, state, _compatible = self._resources.snapshot()
         if info is None:
             return False  # nothing to offer yet; the ResourceManager wakes us when an NPU appears
         if self._node_uid is None:
             node = self._api.get_node(self.node_name)
             self._node_uid = ((node or {}).get("metadata") or {}).get("uid")
-        existing = self._api.list_slices(self.node_name, self.driver_name)
-        name = slice_name(self.node_name, self.driver_name)
-        current = next((s for s in existing if (s.get("metadata") or {}).get("name") == name), None)
-        for stale in existing:
-            if stale is not current:
-                self._api.delete_slice(stale["metadata"]["name"])
-        generations = [((s.get("spec") or {}).get("pool") or {}).get("generation", 0) for s in existing]
+        if not self._minor_known:
+            self._server_minor = self._api.server_minor()
+            self._minor_known = True
+        existing = {
+            str((s.get("metadata") or {}).get("name")): s
+            for s in self._api.list_slices(self.node_name, self.driver_name)
+        }
+        generations = [
+            ((s.get("spec") or {}).get("pool") or {}).get("generation", 0) for s in existing.values()
+        ]
         self._generation = max([self._generation, *(g for g in generations if isinstance(g, int))])
-        body = slice_body(
-            self.node_name,
-            self.driver_name,
-            self._generation,
-            info,
-            state.health,
-            self._facts,
-            self._node_uid,
-        )
-        if current is not None and _same_devices(current, body):
+        wanted = self._desired(info, state.health)
+        names = {w["metadata"]["name"] for w in wanted}
+        stale = [name for name in existing if name not in names]
+        if not stale and all(self._matches(existing.get(w["metadata"]["name"]), w) for w in wanted):
             return False
+        # Something differs: write the whole pool at a new generation (a consumer then never mixes
+        # slices of two generations).
+        repaired = [
+            w["metadata"]["name"]
+            for w in wanted
+            if self._sent_before(w["metadata"]["name"])
+            and not self._matches(existing.get(w["metadata"]["name"]), w)
+        ]
         self._generation += 1
-        body = slice_body(
-            self.node_name,
-            self.driver_name,
-            self._generation,
-            info,
-            state.health,
-            self._facts,
-            self._node_uid,
-        )
-        if current is None:
-            self._published = self._api.create_slice(body)
-        else:
-            metadata = cast("dict[str, Any]", body["metadata"])
-            metadata["resourceVersion"] = current["metadata"].get("resourceVersion")
-            self._published = self._api.replace_slice(name, body)
-        devices = [d["name"] for d in body["spec"]["devices"]]  # type: ignore[index]
+        wanted = self._desired(info, state.health)
+        for body in wanted:
+            name = body["metadata"]["name"]
+            current = existing.get(name)
+            if current is None:
+                kept = self._api.create_slice(body)
+            else:
+                body["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
+                kept = self._api.replace_slice(name, body)
+            self._ours.append(str((kept.get("metadata") or {}).get("resourceVersion")))
+            self._kept[name] = (_comparable(body), _comparable(kept))
+            if self._auto and self._dropped(body, kept):
+                return True
+            if self._taints_dropped(body, kept):
+                return True
+        for name in stale:
+            self._api.delete_slice(name)
+        devices = [d.get("name") for w in wanted for d in (w.get("spec") or {}).get("devices") or []]
         _log.info(
-            "ResourceSlice published",
-            extra={"fields": {"slice": name, "generation": self._generation, "devices": devices}},
+            "ResourceSlices repaired" if repaired else "ResourceSlices published",
+            extra={
+                "fields": {
+                    "slices": sorted(names),
+                    "generation": self._generation,
+                    "devices": devices,
+                    **({"repaired": repaired} if repaired else {}),
+                }
+            },
         )
+        self._metrics.slice_published(repaired=bool(repaired))
         with self.published:
             self.publishes += 1
+            if repaired:
+                self.repairs += 1
             self.published.notify_all()
         return True
 
+    def _sent_before(self, name: str) -> bool:
+        return name in self._kept
+
+    def _dropped(self, sent: dict[str, Any], kept: dict[str, Any]) -> bool:
+        """Layout "auto": the server dropped the partitionable fields -> per-core for good."""
+        if self._layout == "per-core" or not fields_dropped(sent, kept):
+            return False
+        _log.warning(
+            "the API server dropped the partitionable-device fields (feature gate "
+            "DRAPartitionableDevices off?); publishing one device per core from now on",
+            extra={"fields": {"slice": sent["metadata"]["name"]}},
+        )
+        self._layout = "per-core"
+        self._kept.clear()
+        self._wake.set()  # republish in the new layout at once
+        return True
+
+    def _taints_dropped(self, sent: dict[str, Any], kept: dict[str, Any]) -> bool:
+        """Read-back: a tainted device came back without its taints (DRADeviceTaints off) ->
+        unhealthy devices leave the slice from now on."""
+        tainted = [d.get("name") for d in (sent.get("spec") or {}).get("devices") or [] if d.get("taints")]
+        if not tainted:
+            return False
+        back = {d.get("name"): d for d in (kept.get("spec") or {}).get("devices") or []}
+        if all((back.get(name) or {}).get("taints") for name in tainted):
+            return False
+        _log.warning(
+            "the API server dropped the device taints (feature gate DRADeviceTaints off?); "
+            "unhealthy cores leave the slice instead",
+            extra={"fields": {"slice": sent["metadata"]["name"]}},
+        )
+        self._taints = False
+        self._kept.clear()
+        self._wake.set()
+        return True
+
     def delete_all(self) -> None:
-        """Remove our slices (clean shutdown); API errors are logged, the kubelet also removes them."""
+        """Remove our slices (--delete-slices-on-stop: an uninstall); API errors are logged."""
         try:
             for existing in self._api.list_slices(self.node_name, self.driver_name):
                 self._api.delete_slice(existing["metadata"]["name"])
         except ApiError as exc:
-            _log.warning("cannot delete the ResourceSlice on stop", extra={"fields": {"error": str(exc)}})
+            _log.warning("cannot delete the ResourceSlices on stop", extra={"fields": {"error": str(exc)}})
             return
-        _log.info("ResourceSlice deleted")
-
-
-def _same_devices(current: dict[str, Any], body: dict[str, object]) -> bool:
-    spec = current.get("spec") or {}
-    wanted = cast("dict[str, Any]", body["spec"])
-    return bool(
-        spec.get("devices") == wanted["devices"] and (spec.get("pool") or {}).get("resourceSliceCount") == 1
-    )
+        _log.info("ResourceSlices deleted")

@@ -7,9 +7,9 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode
 
 from rknpu_serverkit import (
@@ -28,6 +28,8 @@ from rknpu_serverkit import (
 )
 
 ENV_PREFIX = "RKNPU_DRA_"
+SliceLayoutSetting = Literal["auto", "partitionable", "per-core"]
+SLICE_LAYOUTS: list[str] = ["auto", "partitionable", "per-core"]
 PROG = "rknpu-dra-driver"
 DEFAULT_DRIVER_NAME = "npu.rockchip.com"
 DEFAULT_REGISTRATION_DIR = "/var/lib/kubelet/plugins_registry"
@@ -86,16 +88,46 @@ class DraSettings(BaseSettings):
         None,
         description="the node's librknnrt.so (host path), mounted read-only at /usr/lib/librknnrt.so",
     )
+    api_client: Literal["auto", "kubernetes-client"] = Field(
+        "auto",
+        description="how to reach the API server: auto (a light HTTP client, the official kubernetes "
+        "client for exec/auth-provider credentials or a proxy) or kubernetes-client (always that one)",
+    )
+    slice_layout: SliceLayoutSetting = Field(
+        "auto",
+        description="how the ResourceSlice offers the cores: partitionable (one device per one-context "
+        "core set, with per-core counters; needs DRAPartitionableDevices), per-core, or auto "
+        "(partitionable, and per-core for good once the API server drops the counters)",
+    )
     api_timeout: float = Field(
         5.0,
         gt=0,
         le=60,
         description="seconds one API server request may take (prepare fails that claim after it)",
     )
+    probe_model: str | None = Field(
+        None,
+        description='functional probe model (".rknn"; "{soc}" becomes the SoC name), the device plugin\'s '
+        "per-core probe: a core failing it leaves the slice and reads UNHEALTHY in pod status (default off)",
+    )
+    probe_interval: float = Field(300.0, gt=0, le=86400, description="seconds between probe rounds")
+    probe_timeout: float = Field(
+        20.0, gt=0, le=600, description="seconds one core's probe may take before the core counts as hung"
+    )
     log_format: LogFormat = Field("text", description="log line format")
     log_level: LogLevel = Field("info", description="log level")
     metrics_address: str | None = Field(
-        None, description='serve Prometheus metrics on "host:port"; default off (reserved, as the plugin\'s)'
+        None, description='serve Prometheus metrics on "host:port" (e.g. ":9103"); default off'
+    )
+    instance_id: str = Field(
+        default_factory=lambda: _env("POD_UID"),
+        description="this instance's own socket names, so a rolling update's new pod serves beside the "
+        "old one (default: $POD_UID; empty: one instance at a time, a second waits)",
+    )
+    delete_slices_on_stop: bool = Field(
+        False,
+        description="delete this node's ResourceSlices on a clean stop (an uninstall; a restart or an "
+        "upgrade keeps them, so the node never shows no devices)",
     )
 
     @field_validator("driver_name")
@@ -136,11 +168,22 @@ class DraSettings(BaseSettings):
     def _check_host_librknnrt(cls, value: str | None) -> str | None:
         return check_host_file(value)
 
-    @model_validator(mode="after")
-    def _check_paths(self) -> DraSettings:
-        if self.metrics_address:
-            raise ValueError("--metrics-address is not implemented by the DRA driver yet; leave it unset")
-        return self
+    @field_validator("probe_model")
+    @classmethod
+    def _check_probe_model(cls, value: str | None) -> str | None:
+        if value is not None and not value.replace("{soc}", "soc").endswith(".rknn"):
+            raise ValueError(f"{value!r} must name an .rknn model, e.g. /opt/rknpu-probe/probe-{{soc}}.rknn")
+        return value or None
+
+    def resolved_probe_model(self, soc_name: str) -> Path | None:
+        return Path(self.probe_model.replace("{soc}", soc_name)) if self.probe_model else None
+
+    @field_validator("instance_id")
+    @classmethod
+    def _check_instance_id(cls, value: str) -> str:
+        if value and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", value):
+            raise ValueError(f"{value!r} is not a pod UID (letters, digits, '-', '.', '_'; at most 63)")
+        return value
 
     @property
     def resolved_plugin_dir(self) -> Path:
@@ -149,8 +192,18 @@ class DraSettings(BaseSettings):
         )
 
 
-_FLAG_TYPES: dict[str, Any] = {"health_interval": float, "api_timeout": float}
-_FLAG_CHOICES: dict[str, list[str]] = {"log_format": LOG_FORMATS, "log_level": LOG_LEVELS}
+_FLAG_TYPES: dict[str, Any] = {
+    "health_interval": float,
+    "api_timeout": float,
+    "probe_interval": float,
+    "probe_timeout": float,
+}
+_FLAG_CHOICES: dict[str, list[str]] = {
+    "log_format": LOG_FORMATS,
+    "log_level": LOG_LEVELS,
+    "api_client": ["auto", "kubernetes-client"],
+    "slice_layout": SLICE_LAYOUTS,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

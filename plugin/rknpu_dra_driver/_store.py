@@ -1,16 +1,22 @@
 """Prepared claims: prepare/unprepare (idempotent, a claim shared by pods prepared once), the
-per-claim CDI spec and the checkpoint that survives restarts, rebuilt from the specs if corrupt."""
+per-claim CDI spec and the checkpoint that survives restarts, rebuilt from the specs if corrupt.
+
+No state lives between calls outside the checkpoint: each call takes the node's serialize lock
+(every instance of a rolling update shares it), reads the checkpoint, acts and writes it back, so
+a claim prepared by one instance is unprepared by the other. A prepare makes one fsynced write
+(the checkpoint); its CDI spec is written atomically without fsync (see `_checkpoint`)."""
 
 from __future__ import annotations
 
 import contextlib
-import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from rknpu_device_plugin.devices import ResourceManager
 
+from ._booking import conflicts
 from ._cdi import (
     cdi_device_id,
     claim_spec,
@@ -20,11 +26,13 @@ from ._cdi import (
     valid_uid,
     write_claim_spec,
 )
-from ._checkpoint import CHECKPOINT_NAME, CheckpointError, load, save
+from ._checkpoint import CHECKPOINT_NAME, CheckpointError, Entry, decode_bytes, load, save
 from ._claims import ClaimError, ClaimRef, PreparedClaim, our_devices
+from ._instance import SerializeLock
 from ._kube import ApiError, KubeApi
 from ._log import get_logger
-from ._slices import offered_devices
+from ._metrics import DraMetrics
+from ._slices import all_offered_devices
 
 _log = get_logger("claims")
 
@@ -38,7 +46,7 @@ class PrepareResult:
 
 
 class ClaimStore:
-    """Owns the prepared claims of this node: the in-memory map, its checkpoint and the CDI specs."""
+    """Owns the prepared claims of this node: the checkpoint, the CDI specs and the lock around them."""
 
     def __init__(
         self,
@@ -48,6 +56,9 @@ class ClaimStore:
         node_name: str,
         plugin_dir: Path,
         cdi_dir: Path,
+        *,
+        boot_id: str = "",
+        metrics: DraMetrics | None = None,
     ) -> None:
         self._api = api
         self._resources = resources
@@ -55,46 +66,108 @@ class ClaimStore:
         self.node_name = node_name
         self.checkpoint_path = plugin_dir / CHECKPOINT_NAME
         self.cdi_dir = cdi_dir
-        self._lock = threading.Lock()
-        self._claims: dict[str, PreparedClaim] = {}
+        self.boot_id = boot_id
+        self._metrics = metrics if metrics is not None else DraMetrics(None)
+        self._lock = SerializeLock(plugin_dir)
+        self._parsed: tuple[bytes, dict[str, Entry]] | None = None
         self.before_checkpoint: Callable[[str], None] = lambda uid: None
         """Test hook: called between writing a claim's spec and its checkpoint entry."""
 
     @property
     def claims(self) -> dict[str, PreparedClaim]:
-        with self._lock:
-            return dict(self._claims)
+        with self._lock.held():
+            return {uid: entry.claim for uid, entry in self._read().items()}
 
-    def load(self) -> None:
-        """Read the checkpoint; refuse a corrupt one (a log line) and rebuild it from our CDI specs.
-
-        Specs without a checkpoint entry (a kill -9 between writing the two) join the checkpoint:
-        the kubelet still holds those claims and will unprepare them.
-        """
+    def count(self) -> int:
+        """Prepared claims now (the metrics gauge; no lock: a torn read counts as the last good)."""
         try:
-            claims = load(self.checkpoint_path)
-            rebuilt = False
+            return len(load(self.checkpoint_path))
+        except (CheckpointError, OSError):
+            return 0
+
+    def _read(self) -> dict[str, Entry]:
+        """The checkpoint (call with the lock held); a corrupt one is rebuilt from the specs.
+
+        The file is parsed again only when its bytes differ from the last parse (whichever
+        instance wrote it), so the checkpoint stays the only state between calls."""
+        try:
+            raw = self.checkpoint_path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        except OSError:
+            raw = None
+        if raw is not None and self._parsed is not None and self._parsed[0] == raw:
+            return dict(self._parsed[1])
+        try:
+            entries = decode_bytes(raw) if raw is not None else load(self.checkpoint_path)
+            self._parsed = (raw, dict(entries)) if raw is not None else None
+            return entries
         except (CheckpointError, OSError) as exc:
             _log.error(
                 "checkpoint refused; rebuilding it from the CDI specs",
                 extra={"fields": {"path": str(self.checkpoint_path), "error": str(exc)}},
             )
-            claims, rebuilt = {}, True
-        self._remove_torn_writes()
-        recovered = []
-        for path, claim in claims_in_specs(self.cdi_dir, self.driver_name):
-            if claim is None:
-                _log.warning("unreadable CDI spec of ours left as is", extra={"fields": {"path": str(path)}})
-            elif claim.ref.uid not in claims:
-                claims[claim.ref.uid] = claim
-                recovered.append(claim.ref.uid)
-        if recovered:
-            _log.info("claims recovered from their CDI specs", extra={"fields": {"uids": recovered}})
-        with self._lock:
-            self._claims = claims
-            if rebuilt or recovered:
-                save(self.checkpoint_path, self._claims)
-        _log.info("prepared claims loaded", extra={"fields": {"claims": len(claims)}})
+        # A spec on the CDI tmpfs was written in this boot.
+        entries = {
+            claim.ref.uid: Entry(claim, self.boot_id)
+            for _path, claim in claims_in_specs(self.cdi_dir, self.driver_name)
+            if claim is not None
+        }
+        self._save(entries)
+        return entries
+
+    def _save(self, entries: dict[str, Entry]) -> None:
+        self._parsed = None
+        written = save(self.checkpoint_path, entries)
+        self._parsed = (written, dict(entries))
+
+    def load(self) -> None:
+        """At start: check the checkpoint (a corrupt one is rebuilt from our CDI specs), drop torn
+        writes, and add specs without a checkpoint entry (a kill -9 between writing the two: the
+        kubelet still holds those claims and will unprepare them)."""
+        with self._lock.held():
+            self._remove_torn_writes()
+            entries = self._read()
+            recovered = []
+            for path, claim in claims_in_specs(self.cdi_dir, self.driver_name):
+                if claim is None:
+                    _log.warning(
+                        "unreadable CDI spec of ours left as is", extra={"fields": {"path": str(path)}}
+                    )
+                elif claim.ref.uid not in entries:
+                    entries[claim.ref.uid] = Entry(claim, self.boot_id)
+                    recovered.append(claim.ref.uid)
+            if recovered:
+                _log.info("claims recovered from their CDI specs", extra={"fields": {"uids": recovered}})
+                self._save(entries)
+            earlier = sum(1 for entry in entries.values() if entry.boot_id != self.boot_id)
+        _log.info(
+            "prepared claims loaded",
+            extra={"fields": {"claims": len(entries), "from_an_earlier_boot": earlier}},
+        )
+
+    def clean_stale(self) -> int:
+        """Drop claims of an earlier boot that the API server no longer has (the kubelet will
+        never unprepare those); how many went. Raises ApiError (the caller retries later)."""
+        with self._lock.held():
+            entries = self._read()
+        earlier = [entry.claim for entry in entries.values() if entry.boot_id != self.boot_id]
+        gone = []
+        for claim in earlier:
+            found = self._api.get_claim(claim.ref.namespace, claim.ref.name)
+            if found is None or ((found.get("metadata") or {}).get("uid")) != claim.ref.uid:
+                gone.append(claim.ref)
+        for ref in gone:
+            with self._lock.held():
+                entries = self._read()
+                entry = entries.get(ref.uid)
+                if entry is None or entry.boot_id == self.boot_id:
+                    continue  # unprepared, or prepared again in this boot, meanwhile
+                del entries[ref.uid]
+                remove_claim_spec(spec_path(self.cdi_dir, self.driver_name, ref.uid))
+                self._save(entries)
+            _log.info("stale claim of an earlier boot removed", extra={"fields": {"claim": ref.describe()}})
+        return len(gone)
 
     def _remove_torn_writes(self) -> None:
         """The temporary files of writes a kill interrupted (`write_atomic` names them
@@ -112,47 +185,40 @@ class ClaimStore:
     # --- prepare --------------------------------------------------------------------------------
 
     def prepare(self, ref: ClaimRef) -> PrepareResult:
+        began = time.perf_counter()
         try:
-            return PrepareResult(self._prepare(ref))
+            result = PrepareResult(self._prepare(ref))
         except ClaimError as exc:
             _log.error("prepare failed", extra={"fields": {"claim": ref.describe(), "error": str(exc)}})
-            return PrepareResult(error=str(exc))
+            result = PrepareResult(error=str(exc))
+        except OSError as exc:  # the lock or the checkpoint's folder
+            result = PrepareResult(error=f"{ref.describe()}: cannot prepare: {exc}")
+            _log.error("prepare failed", extra={"fields": {"claim": ref.describe(), "error": result.error}})
+        self._metrics.request("prepare", time.perf_counter() - began, result.error)
+        return result
 
     def _prepare(self, ref: ClaimRef) -> PreparedClaim:
         if not valid_uid(ref.uid):
             raise ClaimError(f"{ref.describe()}: the uid is not a Kubernetes UID")
-        with self._lock:
-            known = self._claims.get(ref.uid)
-        if known is not None:
-            self._ensure_spec(known)
-            return known  # prepared before (a retry, or another pod sharing the claim)
-        info, state, _compatible = self._resources.snapshot()
-        if info is None:
-            raise ClaimError(f"{ref.describe()}: this node has no usable NPU now (the driver's log says why)")
-        try:
-            claim = self._api.get_claim(ref.namespace, ref.name)
-        except ApiError as exc:
-            raise ClaimError(
-                f"cannot read {ref.describe()} from the API server ({exc}); the kubelet retries"
-            ) from None
-        if claim is None:
-            raise ClaimError(f"{ref.describe()} does not exist on the API server (deleted?)")
-        devices = our_devices(
-            ref, claim, self.driver_name, self.node_name, offered_devices(info, state.health)
-        )
-
-        prepared = PreparedClaim(ref, devices, cdi_device_id(self.driver_name, ref.uid))
-        with self._lock:
-            if ref.uid in self._claims:  # a concurrent call won
-                return self._claims[ref.uid]
+        with self._lock.held():
+            entries = self._read()
+            known = entries.get(ref.uid)
+            if known is not None and known.boot_id == self.boot_id:
+                self._ensure_spec(known.claim)
+                return known.claim  # prepared before (a retry, or another pod sharing the claim)
+            # New, or prepared in an earlier boot (its CDI spec went with the tmpfs): prepare it now.
+            prepared = self._allocated(ref)
+            others = {uid: e.claim for uid, e in entries.items() if uid != ref.uid}
+            refusal = conflicts(others, prepared)
+            if refusal:
+                raise ClaimError(refusal)
             path = spec_path(self.cdi_dir, self.driver_name, ref.uid)
             try:
-                write_claim_spec(path, self._spec(prepared))
+                write_claim_spec(path, self._spec(prepared), durable=False)
                 self.before_checkpoint(ref.uid)
-                self._claims[ref.uid] = prepared
-                save(self.checkpoint_path, self._claims)
+                entries[ref.uid] = Entry(prepared, self.boot_id)
+                self._save(entries)
             except OSError as exc:
-                self._claims.pop(ref.uid, None)
                 remove_claim_spec(path)
                 raise ClaimError(
                     f"{ref.describe()}: cannot write {exc.filename or path}: {exc.strerror}"
@@ -162,12 +228,32 @@ class ClaimStore:
             extra={
                 "fields": {
                     "claim": ref.describe(),
-                    "devices": [d.device for d in devices],
+                    "devices": [d.device for d in prepared.devices],
                     "cdi": prepared.cdi_device_id,
+                    **({"earlier_boot": True} if known is not None else {}),
                 }
             },
         )
         return prepared
+
+    def _allocated(self, ref: ClaimRef) -> PreparedClaim:
+        """The claim's devices of ours from the API server, checked against what we offer."""
+        info, state, _compatible = self._resources.snapshot()
+        if info is None:
+            raise ClaimError(f"{ref.describe()}: this node has no usable NPU now (the driver's log says why)")
+        try:
+            claim = self._api.get_claim(ref.namespace, ref.name)
+        except ApiError as exc:
+            self._metrics.api_error("get_claim")
+            raise ClaimError(
+                f"cannot read {ref.describe()} from the API server ({exc}); the kubelet retries"
+            ) from None
+        if claim is None:
+            raise ClaimError(f"{ref.describe()} does not exist on the API server (deleted?)")
+        devices = our_devices(
+            ref, claim, self.driver_name, self.node_name, all_offered_devices(info, state.health)
+        )
+        return PreparedClaim(ref, devices, cdi_device_id(self.driver_name, ref.uid))
 
     def _spec(self, prepared: PreparedClaim) -> dict[str, object]:
         info, _state, compatible = self._resources.snapshot()
@@ -181,7 +267,7 @@ class ClaimStore:
         if path.exists():
             return
         try:
-            write_claim_spec(path, self._spec(prepared))
+            write_claim_spec(path, self._spec(prepared), durable=False)
         except OSError as exc:
             raise ClaimError(f"{prepared.ref.describe()}: cannot write {path}: {exc.strerror}") from None
 
@@ -189,21 +275,29 @@ class ClaimStore:
 
     def unprepare(self, ref: ClaimRef) -> str:
         """Undo prepare; an unknown claim succeeds (already undone). Returns the error, or ''."""
+        began = time.perf_counter()
+        error = self._unprepare(ref)
+        self._metrics.request("unprepare", time.perf_counter() - began, error)
+        return error
+
+    def _unprepare(self, ref: ClaimRef) -> str:
         if not valid_uid(ref.uid):
             return ""  # nothing of ours can carry that name
         path = spec_path(self.cdi_dir, self.driver_name, ref.uid)
-        with self._lock:
-            known = self._claims.pop(ref.uid, None)
-            try:
+        try:
+            with self._lock.held():
+                entries = self._read()
+                known = entries.pop(ref.uid, None)
                 remove_claim_spec(path)
                 if known is not None:
-                    save(self.checkpoint_path, self._claims)
-            except OSError as exc:
-                if known is not None:
-                    self._claims[ref.uid] = known
-                message = f"{ref.describe()}: cannot remove its state: {exc}"
-                _log.error("unprepare failed", extra={"fields": {"claim": ref.describe(), "error": message}})
-                return message
+                    self._save(entries)
+        except OSError as exc:
+            message = f"{ref.describe()}: cannot remove its state: {exc}"
+            _log.error("unprepare failed", extra={"fields": {"claim": ref.describe(), "error": message}})
+            return message
         if known is not None:
             _log.info("claim unprepared", extra={"fields": {"claim": ref.describe()}})
         return ""
+
+    def close(self) -> None:
+        self._lock.close()

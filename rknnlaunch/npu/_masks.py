@@ -227,3 +227,38 @@ def runnable_core_sets(
         if is_runnable(soc, combo, count)
     ]
     return tuple(found)
+
+
+def context_groups(soc: SocSpec, core_count: int | None = None) -> tuple[CoreSet, ...]:
+    """Split the NPU's cores into the largest blocks in which EVERY non-empty subset runs as one
+    context, lowest cores first: RK3588 {0,1} + {2}; RK3576 {0,1}; single-core NPUs {0}.
+
+    Any cores picked from one block are a valid one-context set, so "N cores of the same block"
+    (a DRA ``matchAttribute`` on the block) can only ever give a mask the runtime accepts.
+    """
+    count = soc.npu_cores if core_count is None else core_count
+    remaining = sorted(range(count))
+    groups: list[CoreSet] = []
+    while remaining:
+        block: CoreSet | None = None
+        for size in range(len(remaining), 0, -1):
+            for combo in itertools.combinations(remaining, size):
+                subsets = (sub for n in range(1, size + 1) for sub in itertools.combinations(combo, n))
+                if all(is_runnable(soc, sub, count) for sub in subsets):
+                    block = frozenset(combo)
+                    break
+            if block is not None:
+                break
+        if block is None:  # a core no context can run on alone (core >= 1 of a single-core NPU)
+            block = frozenset({remaining[0]})
+        groups.append(block)
+        remaining = [core for core in remaining if core not in block]
+    return tuple(sorted(groups, key=min))
+
+
+def allocation_order(soc: SocSpec, core_count: int | None = None) -> tuple[int, ...]:
+    """Cores in the order single-core allocations should take them: the cores that belong to the
+    fewest multi-core one-context sets first, so the pairs stay free longest (RK3588: 2, 0, 1)."""
+    count = soc.npu_cores if core_count is None else core_count
+    multi = [s for s in runnable_core_sets(soc, count) if len(s) > 1]
+    return tuple(sorted(range(count), key=lambda core: (sum(core in s for s in multi), core)))

@@ -97,7 +97,7 @@ def choose_contexts(
         try:
             rknnlite_mask(allocation.soc, chosen, allocation.core_count)
         except MaskError as exc:
-            raise MaskError(exc.problem, f"{exc.fix}; rknnlaunch.Pool does that for you") from None
+            raise MaskError(exc.problem, _one_context_fix(exc.fix, allocation.claim, len(chosen))) from None
         groups: tuple[frozenset[int], ...] = (chosen,)
     elif allocation.soc.core_mask_settable:
         groups = tuple(frozenset({core}) for core in sorted(chosen))
@@ -107,3 +107,17 @@ def choose_contexts(
         # Round-robin order: the first contexts started land on different cores.
         groups = groups * contexts_per_core
     return LaunchPlan("npu", model, target=npu, groups=groups)
+
+
+def _one_context_fix(fix: str | None, claim: str | None, count: int) -> str:
+    """The fix of a core set one context refuses; from a DRA claim, the claim shape that cannot get it."""
+    fix = f"{fix}; rknnlaunch.Pool does that for you"
+    if claim is None:
+        return fix
+    namespace, _, rest = claim.partition("/")
+    name = rest.partition("/")[0]
+    return (
+        f"{fix}; or ask the ResourceClaim ({namespace}/{name}) for {count} cores as one context: "
+        f"count: {count} of deviceClassName core.npu.rockchip.com with constraints: "
+        "[{matchAttribute: npu.rockchip.com/coreGroup}] (deploy/dra/samples/two-rk3588-cores.yaml)"
+    )

@@ -47,6 +47,8 @@ class Allocation:
     """False when no RKNN_NPU_CORE_MASK/RKNN_NPU_CORES was set (default: every core)."""
     source: str
     """Where the cores came from, for messages: ``RKNN_NPU_CORE_MASK=3`` or ``default (...)``."""
+    claim: str | None = None
+    """``<namespace>/<name>/<uid>`` of the DRA ResourceClaim the cores came from (RKNN_NPU_CLAIM)."""
 
     @property
     def mask(self) -> int:
@@ -117,11 +119,15 @@ def resolve_allocation(settings: NpuSettings, info: NpuInfo) -> Allocation:
                 "set both from the same allocation (the device plugin does), or unset one of them",
             )
     if mask_cores is not None:
-        return Allocation(soc, count, mask_cores, True, f"RKNN_NPU_CORE_MASK={settings.core_mask}")
+        return Allocation(
+            soc, count, mask_cores, True, f"RKNN_NPU_CORE_MASK={settings.core_mask}", settings.claim
+        )
     if settings.cores is not None:
         if not settings.cores:
             raise SettingsError("RKNN_NPU_CORES is empty", "name at least one core, e.g. 0")
-        return Allocation(soc, count, settings.cores, True, f"RKNN_NPU_CORES={format_cores(settings.cores)}")
+        return Allocation(
+            soc, count, settings.cores, True, f"RKNN_NPU_CORES={format_cores(settings.cores)}", settings.claim
+        )
     return Allocation(
         soc,
         count,

@@ -34,6 +34,7 @@ ENV_NAMES: dict[str, str] = {
     "device": "RKNN_NPU_DEVICE",
     "compatible_file": "RKNN_NPU_COMPATIBLE_FILE",
     "librknnrt_source": "RKNN_NPU_LIBRKNNRT_SOURCE",
+    "claim": "RKNN_NPU_CLAIM",
     "root": "RKNNLAUNCH_ROOT",
     "log_level": "RKNNLAUNCH_LOG_LEVEL",
 }
@@ -73,6 +74,8 @@ class NpuSettings(BaseSettings):
     """The host's device-tree `compatible`, mounted by the plugin (/run/rknpu/compatible)."""
     librknnrt_source: str | None = _env("RKNN_NPU_LIBRKNNRT_SOURCE")
     """``host:<node path>`` when the plugin mounted the node's librknnrt.so (``--host-librknnrt``)."""
+    claim: str | None = _env("RKNN_NPU_CLAIM")
+    """``<namespace>/<name>/<uid>`` of the DRA claim the cores came from (the DRA driver sets it)."""
     root: str = Field(default="/", validation_alias=AliasChoices("RKNNLAUNCH_ROOT"))
     """Filesystem root to discover the NPU under (tests and chroots); ``/`` in a pod."""
     log_level: LogLevel = Field(default="warning", validation_alias=AliasChoices("RKNNLAUNCH_LOG_LEVEL"))

@@ -38,6 +38,10 @@ def rig(fake_api: FakeApiServer) -> Iterator[DriverRig]:
         cdi_dir=root / "cdi",
         api_timeout=5.0,
         health_interval=0.1,
+        instance_id="",
+        # The contract tests pin the per-core slice; test_dra_allocation_layouts.py plays "auto"
+        # against API servers that keep or drop the partitionable fields.
+        slice_layout="per-core",
     )
     made = DriverRig(root, fake_api, settings)
     yield made

@@ -46,7 +46,7 @@ class DriverRig:
             target=lambda: self.result.append(run(self.settings, self.stop)), daemon=True
         )
         self.thread.start()
-        kubelet = KubeletStub(self.settings.registration_dir / f"{DRIVER}-reg.sock")
+        kubelet = KubeletStub(self.settings.registration_dir, DRIVER)
         kubelet.register()
         return kubelet
 

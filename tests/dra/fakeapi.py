@@ -4,6 +4,13 @@ and core/v1 endpoints the driver calls, spoken to by the real `kubernetes` clien
 Paths, verbs, the ``fieldSelector`` on ResourceSlices, ``resourceVersion`` conflicts (409) and the
 Status body of errors follow the Kubernetes API reference for resource.k8s.io/v1 (the shapes in
 kubernetes/api resource/v1/types.go); `down` and `delay` emulate an unreachable or slow server.
+
+Watches are real: ``?watch=true`` answers a chunked stream of newline-separated watch events
+(apimachinery's metav1.WatchEvent: ``{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object"}``);
+a watch without a resourceVersion starts with an ADDED event per existing object (the API server's
+"most recent" semantics), ends after ``timeoutSeconds``, and is cut when the server goes `down`.
+``drop_fields`` names slice spec fields the server drops on write (a server whose feature gate is
+off: ``sharedCounters``, ``consumesCounters`` in devices, ``taints`` in devices).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import json
 import threading
 import time
 import urllib.parse
+from collections.abc import Collection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -30,30 +38,61 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class FakeApiServer:
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        drop_fields: Collection[str] = (),
+        minor: int = 35,
+        keep_taints: bool = False,
+        tls: tuple[Path, Path] | None = None,
+    ) -> None:
+        # Device taints are alpha (feature gate DRADeviceTaints, off by default): dropped unless asked.
+        self.drop_fields = frozenset(drop_fields) | (frozenset() if keep_taints else {"taints"})
+        self.minor = minor
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        """Every slice change as a watch event, in order (watches replay from here)."""
+        self.event_times: list[float] = []
+        self.device_counts: list[int] = []
+        """After each event: the devices all slices offer (how long a node had none)."""
+        self.watching = 0
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
         self.slices: dict[str, dict[str, Any]] = {}
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
+        self.authorizations: set[str] = set()
         self.down = False
         self.delay = 0.0
         self._version = 0
         self._server = _QuietServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
+        self.ca: Path | None = None
+        if tls is not None:  # (certificate, key): HTTPS, as every real API server
+            import ssl
+
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(tls[0]), str(tls[1]))
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            self.ca = tls[0]
         self._thread = threading.Thread(target=self._server.serve_forever, name="fakeapi", daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{'https' if self.ca else 'http'}://{host!s}:{port}"
 
     def start(self) -> FakeApiServer:
         self._thread.start()
         return self
 
+    def set_down(self, down: bool) -> None:
+        """An outage: every request fails with 503 and open watches are cut."""
+        with self.changed:
+            self.down = down
+            self.changed.notify_all()
+
     def stop(self) -> None:
+        self.set_down(True)
         self._server.shutdown()
         self._server.server_close()
 
@@ -61,13 +100,21 @@ class FakeApiServer:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "fake", "cluster": self._cluster()}],
             "users": [{"name": "driver", "user": {"token": "test-token"}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "driver"}}],
             "current-context": "fake",
         }
         path.write_text(json.dumps(config))
         return path
+
+    def _cluster(self) -> dict[str, Any]:
+        cluster: dict[str, Any] = {"server": self.url}
+        if self.ca is not None:
+            import base64
+
+            cluster["certificate-authority-data"] = base64.b64encode(self.ca.read_bytes()).decode()
+        return cluster
 
     # --- objects --------------------------------------------------------------------------------
 
@@ -100,6 +147,66 @@ class FakeApiServer:
             claim["status"] = {"allocation": {"devices": {"results": results}}}
         with self.lock:
             self.claims[(namespace, name)] = claim
+
+    def slice_event(self, kind: str, obj: dict[str, Any]) -> None:
+        """Record a change (call with the lock held), and when it happened."""
+        self.events.append((kind, copy.deepcopy(obj)))
+        self.event_times.append(time.monotonic())
+        self.device_counts.append(
+            sum(len((s.get("spec") or {}).get("devices") or []) for s in self.slices.values())
+        )
+
+    def put_slice(self, name: str, edit: Any) -> None:
+        """Someone else edits a slice: ``edit(slice)`` changes it in place (a new resourceVersion)."""
+        with self.changed:
+            current = self.slices[name]
+            edit(current)
+            current["metadata"]["resourceVersion"] = self.next_version()
+            self.slice_event("MODIFIED", current)
+            self.changed.notify_all()
+
+    def delete_slices(self, node_name: str | None = None) -> list[str]:
+        """Someone else deletes slices (all, or the node's: what the kubelet does at its start)."""
+        with self.changed:
+            gone = [
+                name
+                for name, s in self.slices.items()
+                if node_name is None or _field(s, "spec.nodeName") == node_name
+            ]
+            for name in gone:
+                self.slice_event("DELETED", self.slices.pop(name))
+            self.changed.notify_all()
+        return gone
+
+    def longest_without_devices(self, since: float, until: float) -> float:
+        """The longest stretch in [since, until] during which no slice offered a device."""
+        with self.lock:
+            points = list(zip(self.event_times, self.device_counts, strict=True))
+        longest, empty_from = 0.0, None
+        count_before = next((c for t, c in reversed(points) if t < since), 0)
+        if count_before == 0:
+            empty_from = since
+        for at, count in points:
+            if at < since or at > until:
+                continue
+            if count == 0 and empty_from is None:
+                empty_from = at
+            elif count > 0 and empty_from is not None:
+                longest, empty_from = max(longest, at - empty_from), None
+        if empty_from is not None:
+            longest = max(longest, until - empty_from)
+        return longest
+
+    def delete_slices_named(self, *names: str) -> None:
+        with self.changed:
+            for name in names:
+                self.slice_event("DELETED", self.slices.pop(name))
+            self.changed.notify_all()
+
+    def wait_watching(self, count: int = 1, timeout: float = 60.0) -> None:
+        with self.changed:
+            if not self.changed.wait_for(lambda: self.watching >= count, timeout):
+                raise TimeoutError(f"{count} watch(es) never opened")
 
     def wait_slices(self, predicate: Any, timeout: float = 60.0) -> dict[str, dict[str, Any]]:
         """Wait until ``predicate(slices)`` holds (a condition, not a sleep); the slices then."""
@@ -152,21 +259,81 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             body = self._body() if method in ("POST", "PUT") else {}
             with api.lock:
                 api.requests.append((method, url.path))
+                api.authorizations.add(self.headers.get("Authorization") or "")
                 delay, down = api.delay, api.down
             if delay:
                 time.sleep(delay)  # the emulated slow server (the client's timeout is under test)
             if down:
                 self._send(503, _status(503, "ServiceUnavailable", "the fake API server is down"))
                 return
+            query = urllib.parse.parse_qs(url.query)
+            if method == "GET" and url.path == f"{RESOURCE}/resourceslices" and _flag(query, "watch"):
+                self._watch(query)
+                return
             with api.changed:
-                code, answer = self._route(method, url.path, urllib.parse.parse_qs(url.query), body)
+                code, answer = self._route(method, url.path, query, body)
                 api.changed.notify_all()
             self._send(code, answer)
+
+        def _watch(self, query: dict[str, list[str]]) -> None:
+            wanted = _selector(query)
+            timeout = float((query.get("timeoutSeconds") or ["1800"])[0])
+            deadline = time.monotonic() + timeout
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            with api.changed:
+                since = (query.get("resourceVersion") or [""])[0]
+                if since and since != "0":
+                    # Replay what changed after that version (the fake keeps its whole history).
+                    pending = [
+                        (kind, obj)
+                        for kind, obj in api.events
+                        if int(obj["metadata"]["resourceVersion"]) > int(since)
+                    ]
+                else:
+                    pending = [("ADDED", copy.deepcopy(s)) for s in api.slices.values()]
+                seen = len(api.events)
+                api.watching += 1
+                api.changed.notify_all()
+            try:
+                while True:
+                    for kind, obj in pending:
+                        if all(_field(obj, key) == value for key, value in wanted.items()):
+                            self._chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+                    with api.changed:
+                        api.changed.wait_for(
+                            lambda seen=seen: (
+                                len(api.events) > seen  # type: ignore[misc]
+                                or api.down
+                                or time.monotonic() >= deadline
+                            ),
+                            max(deadline - time.monotonic(), 0),
+                        )
+                        if api.down or time.monotonic() >= deadline:
+                            break
+                        pending, seen = api.events[seen:], len(api.events)
+                if not api.down:
+                    self._chunk(b"")  # the end of the chunked body: the server ended the watch
+            except OSError:
+                pass  # the client went away
+            finally:
+                with api.changed:
+                    api.watching -= 1
+                    api.changed.notify_all()
+            self.close_connection = True
+
+        def _chunk(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
 
         def _route(
             self, method: str, path: str, query: dict[str, list[str]], body: dict[str, Any]
         ) -> tuple[int, dict[str, Any]]:
             parts = path.strip("/").split("/")
+            if path.rstrip("/") == "/version" and method == "GET":  # the client asks "/version/"
+                return 200, {"major": "1", "minor": str(api.minor), "gitVersion": f"v1.{api.minor}.0"}
             if path.startswith("/api/v1/nodes/") and method == "GET":
                 node = api.nodes.get(parts[-1])
                 return (
@@ -180,11 +347,7 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return 200, copy.deepcopy(claim)
             if path == f"{RESOURCE}/resourceslices":
                 if method == "GET":
-                    wanted = dict(
-                        term.split("=", 1)
-                        for term in ",".join(query.get("fieldSelector", [])).split(",")
-                        if term
-                    )
+                    wanted = _selector(query)
                     items = [
                         copy.deepcopy(s)
                         for s in api.slices.values()
@@ -200,7 +363,9 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     if name in api.slices:
                         return 409, _status(409, "AlreadyExists", f'resourceslices "{name}" already exists')
                     body["metadata"]["resourceVersion"] = api.next_version()
+                    _drop(body, api.drop_fields)
                     api.slices[name] = body
+                    api.slice_event("ADDED", body)
                     return 201, copy.deepcopy(body)
             if path.startswith(f"{RESOURCE}/resourceslices/"):
                 name = parts[-1]
@@ -211,10 +376,12 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
                         return 409, _status(409, "Conflict", "the object has been modified")
                     body["metadata"]["resourceVersion"] = api.next_version()
+                    _drop(body, api.drop_fields)
                     api.slices[name] = body
+                    api.slice_event("MODIFIED", body)
                     return 200, copy.deepcopy(body)
                 if method == "DELETE":
-                    del api.slices[name]
+                    api.slice_event("DELETED", api.slices.pop(name))
                     return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
             return 404, _status(404, "NotFound", f"{method} {path} is not served by the fake")
 
@@ -231,6 +398,23 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             self._serve("DELETE")
 
     return Handler
+
+
+def _flag(query: dict[str, list[str]], name: str) -> bool:
+    return (query.get(name) or [""])[0].lower() in ("true", "1")
+
+
+def _selector(query: dict[str, list[str]]) -> dict[str, str]:
+    return dict(term.split("=", 1) for term in ",".join(query.get("fieldSelector", [])).split(",") if term)
+
+
+def _drop(body: dict[str, Any], fields: frozenset[str]) -> None:
+    """What a server without the feature gate does: the fields are silently not stored."""
+    spec = body.get("spec") or {}
+    for name in fields:
+        spec.pop(name, None)
+        for device in spec.get("devices") or []:
+            device.pop(name, None)
 
 
 def _field(obj: dict[str, Any], dotted: str) -> Any:

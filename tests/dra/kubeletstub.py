@@ -1,6 +1,13 @@
-"""A kubelet stub for the DRA driver's tests: the plugin watcher's registration handshake and the
-DRA v1 / v1beta1 calls, over the driver's real unix sockets (stubs generated from the upstream
-protos in proto/, the messages the kubelet's pluginwatcher and DRA manager send)."""
+"""A kubelet stub for the DRA driver's tests: the plugin watcher's registration handshake, the
+DRA v1 / v1beta1 calls and the DRAResourceHealth stream, over the driver's real unix sockets (stubs
+generated from the upstream protos in proto/, the messages the kubelet's pluginwatcher and DRA
+manager send).
+
+As the upstream kubelet (1.33+): several registrations of one driver are kept (a rolling update's
+old and new pod), calls go to the most recently registered one whose socket is still there, and a
+removed registration socket drops that plugin. `kubelet_starts` does what a starting kubelet does
+to the API server: it deletes every ResourceSlice of its node.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +21,10 @@ from rknpu_dra_driver._kubeapi.dra.v1 import api_pb2 as v1
 from rknpu_dra_driver._kubeapi.dra.v1 import api_pb2_grpc as v1_grpc
 from rknpu_dra_driver._kubeapi.dra.v1beta1 import api_pb2 as v1beta1
 from rknpu_dra_driver._kubeapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from rknpu_dra_driver._kubeapi.dra_health.v1 import api_pb2 as health_v1
+from rknpu_dra_driver._kubeapi.dra_health.v1 import api_pb2_grpc as health_v1_grpc
+from rknpu_dra_driver._kubeapi.dra_health.v1alpha1 import api_pb2 as health_v1alpha1
+from rknpu_dra_driver._kubeapi.dra_health.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
 from rknpu_dra_driver._kubeapi.pluginregistration.v1 import api_pb2 as reg
 from rknpu_dra_driver._kubeapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 
@@ -37,30 +48,70 @@ def wait_for_socket(path: Path, timeout: float = 10.0) -> None:
     raise TimeoutError(f"{path} never appeared")
 
 
+def kubelet_starts(api: Any, node_name: str) -> list[str]:
+    """The kubelet's start: every ResourceSlice of the node is deleted (drivers republish)."""
+    gone: list[str] = api.delete_slices(node_name)
+    return gone
+
+
 class KubeletStub:
-    def __init__(self, registration_socket: Path) -> None:
-        self.registration_socket = registration_socket
-        self.info: reg.PluginInfo | None = None
-        self._channels: list[grpc.Channel] = []
+    def __init__(
+        self, registry_dir: Path, driver_name: str = "npu.rockchip.com", api: Any = None, node_name: str = ""
+    ) -> None:
+        """With ``api`` (a FakeApiServer) and ``node_name``: a kubelet starting, which first deletes
+        every slice of its node, as the upstream one does."""
+        if api is not None:
+            kubelet_starts(api, node_name)
+        self.registry_dir = registry_dir
+        self.driver_name = driver_name
+        self.plugins: list[tuple[Path, reg.PluginInfo]] = []
+        """(registration socket, info) in registration order."""
+        self._channels: dict[str, grpc.Channel] = {}
+
+    @property
+    def info(self) -> reg.PluginInfo | None:
+        current = self._current()
+        return current[1] if current is not None else None
 
     def register(self, timeout: float = 10.0) -> reg.PluginInfo:
-        """GetInfo, then NotifyRegistrationStatus(registered), as kubelet's pluginwatcher does."""
-        wait_for_socket(self.registration_socket, timeout)
-        with grpc.insecure_channel(f"unix://{self.registration_socket}") as channel:
+        """Wait for a registration socket not registered yet, then GetInfo and
+        NotifyRegistrationStatus(registered), as kubelet's pluginwatcher does."""
+        deadline = time.monotonic() + timeout
+        while True:
+            known = {path for path, _info in self.plugins}
+            fresh = [p for p in sorted(self.registry_dir.glob("*-reg.sock")) if p not in known]
+            if fresh:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no new registration socket in {self.registry_dir}")
+            time.sleep(0.01)  # the kubelet's polling fallback (no inotify in a test)
+        socket_path = fresh[0]
+        wait_for_socket(socket_path, max(deadline - time.monotonic(), 0.5))
+        with grpc.insecure_channel(f"unix://{socket_path}") as channel:
             stub = reg_grpc.RegistrationStub(channel)
             info: reg.PluginInfo = stub.GetInfo(reg.InfoRequest(), timeout=KUBELET_DEADLINE_S)
             stub.NotifyRegistrationStatus(
                 reg.RegistrationStatus(plugin_registered=True), timeout=KUBELET_DEADLINE_S
             )
-        self.info = info
+        self.plugins.append((socket_path, info))
         return info
 
+    def _current(self) -> tuple[Path, reg.PluginInfo] | None:
+        # The pluginwatcher drops a plugin whose registration socket went away.
+        self.plugins = [(path, info) for path, info in self.plugins if path.exists()]
+        return self.plugins[-1] if self.plugins else None
+
+    def _channel(self) -> grpc.Channel:
+        current = self._current()
+        if current is None:
+            raise RuntimeError("no registered plugin (register first)")
+        endpoint = current[1].endpoint
+        if endpoint not in self._channels:  # one connection per plugin, as the kubelet keeps
+            self._channels[endpoint] = grpc.insecure_channel(f"unix://{endpoint}")
+        return self._channels[endpoint]
+
     def _stub(self, version: str) -> tuple[Any, Any]:
-        if self.info is None:
-            raise RuntimeError("register first")
-        if not self._channels:  # one connection, as the kubelet keeps per plugin
-            self._channels.append(grpc.insecure_channel(f"unix://{self.info.endpoint}"))
-        channel = self._channels[0]
+        channel = self._channel()
         if version == "v1":
             return v1, v1_grpc.DRAPluginStub(channel)
         return v1beta1, v1beta1_grpc.DRAPluginStub(channel)
@@ -80,7 +131,18 @@ class KubeletStub:
         )
         return stub.NodeUnprepareResources(request, timeout=KUBELET_DEADLINE_S)
 
+    def watch_health(self, version: str = "v1alpha1") -> Any:
+        """The NodeWatchResources stream (an iterator of responses; ``.cancel()`` ends it)."""
+        channel = self._channel()
+        if version == "v1":
+            return health_v1_grpc.DRAResourceHealthStub(channel).NodeWatchResources(
+                health_v1.NodeWatchResourcesRequest()
+            )
+        return health_v1alpha1_grpc.DRAResourceHealthStub(channel).NodeWatchResources(
+            health_v1alpha1.NodeWatchResourcesRequest()
+        )
+
     def close(self) -> None:
-        for channel in self._channels:
+        for channel in self._channels.values():
             channel.close()
         self._channels.clear()

@@ -40,7 +40,12 @@ def test_registers_as_a_dra_plugin_with_both_services(rig: DriverRig) -> None:
     assert kubelet.info.type == "DRAPlugin"
     assert kubelet.info.name == DRIVER
     assert kubelet.info.endpoint == str(rig.plugin_dir / "dra.sock")
-    assert list(kubelet.info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    assert list(kubelet.info.supported_versions) == [
+        "v1.DRAPlugin",
+        "v1beta1.DRAPlugin",
+        "v1.DRAResourceHealth",
+        "v1alpha1.DRAResourceHealth",
+    ]
     assert oct(os.stat(kubelet.info.endpoint).st_mode & 0o777) == "0o600"
 
 
@@ -52,12 +57,16 @@ def test_publishes_one_device_per_core_with_attributes(rig: DriverRig) -> None:
     assert spec["driver"] == DRIVER and spec["nodeName"] == NODE
     assert spec["pool"]["name"] == NODE and spec["pool"]["resourceSliceCount"] == 1
     assert published["metadata"]["ownerReferences"][0]["kind"] == "Node"
-    core1 = spec["devices"][1]
-    assert core1["name"] == "npu-core-1"
+    # Slice order is the scheduler's first-fit order: the lone core 2 first, cores 0-1 kept for pairs.
+    assert [d["name"] for d in spec["devices"]] == ["npu-core-2", "npu-core-0", "npu-core-1"]
+    core1 = spec["devices"][2]
     assert core1["attributes"]["soc"] == {"string": "rk3588"}
     assert core1["attributes"]["core"] == {"int": 1}
     assert core1["attributes"]["cores"] == {"int": 3}
     assert core1["attributes"]["driverVersion"] == {"version": "0.9.8"}
+    assert core1["attributes"]["coreCount"] == {"int": 1}
+    assert core1["attributes"]["coreMask"] == {"int": 2}
+    assert core1["attributes"]["coreGroup"] == {"string": "0-1"}
 
 
 @pytest.mark.parametrize("version", ["v1", "v1beta1"])
@@ -71,13 +80,17 @@ def test_prepare_writes_a_cdi_spec_and_checkpoint_and_unprepare_removes_them(
     assert claim.error == ""
     assert [d.device_name for d in claim.devices] == ["npu-core-0", "npu-core-1"]
     assert {d.pool_name for d in claim.devices} == {NODE}
-    assert [list(d.cdi_device_ids) for d in claim.devices] == [[f"{DRIVER}/claim={UID}"]] * 2
+    # One CDI device per request ("npu" here), named in the reply by the base request name.
+    assert [list(d.cdi_device_ids) for d in claim.devices] == [[f"{DRIVER}/claim={UID}-npu"]] * 2
+    assert [list(d.request_names) for d in claim.devices] == [["npu"]] * 2
     (spec_file,) = spec_files(rig)
     assert UID in spec_file.name
     spec = json.loads(spec_file.read_text())
     assert spec["kind"] == f"{DRIVER}/claim"
+    assert spec["cdiVersion"] == "0.5.0"  # the device name starts with a digit; no annotations
+    assert "annotations" not in spec
     (device,) = spec["devices"]
-    assert device["name"] == UID
+    assert device["name"] == f"{UID}-npu"
     edits = device["containerEdits"]
     env = dict(item.split("=", 1) for item in edits["env"])
     assert env["RKNN_NPU_CORE_MASK"] == "3"  # cores 0 and 1, the decimal mask the SDK parses
@@ -85,7 +98,7 @@ def test_prepare_writes_a_cdi_spec_and_checkpoint_and_unprepare_removes_them(
     assert env["RKNN_NPU_SOC"] == "rk3588"
     assert [n["path"] for n in edits["deviceNodes"]] == ["/dev/dri/card1", "/dev/dri/renderD129"]
     assert any(m["containerPath"] == "/run/rknpu/compatible" for m in edits["mounts"])
-    assert [c["uid"] for c in checkpoint(rig)["claims"]] == [UID]
+    assert [c["claim"]["uid"] for c in checkpoint(rig)["claims"]] == [UID]
 
     again = kubelet.prepare([("default", "two-cores", UID)], version)  # idempotent (and shared pods)
     assert again.claims[UID] == claim
@@ -136,7 +149,7 @@ def test_every_claim_is_answered_and_bad_ones_get_their_own_error(rig: DriverRig
     assert "no device of driver npu.rockchip.com" in errors["other-driver"]
     assert "'node-b'" in errors["other-node"]
     assert "10,000 device(s)" in errors["huge"] and len(errors["huge"]) < 600
-    assert [c["uid"] for c in checkpoint(rig)["claims"]] == [UID]
+    assert [c["claim"]["uid"] for c in checkpoint(rig)["claims"]] == [UID]
     assert len(spec_files(rig)) == 1
 
 
@@ -170,17 +183,27 @@ def test_health_change_republishes_the_slice(rig: DriverRig) -> None:
     rig.api.wait_slices(lambda s: slice_devices(s) == [])
     saved.rename(render)
     slices = rig.api.wait_slices(lambda s: len(slice_devices(s)) == 3)
-    assert next(iter(slices.values()))["spec"]["pool"]["generation"] == 3
+    # 1 at start, 2 the cores tainted (this fake drops taints, as a server without DRADeviceTaints),
+    # 3 the cores left out instead, 4 back.
+    assert next(iter(slices.values()))["spec"]["pool"]["generation"] == 4
 
 
-def test_clean_stop_deletes_the_slice_and_sockets(rig: DriverRig) -> None:
+def test_clean_stop_keeps_the_slice_and_removes_the_sockets(rig: DriverRig) -> None:
     rig.start()
     rig.api.wait_slices(lambda s: len(s) == 1)
     rig.end()
     assert rig.result == [0]
-    assert rig.api.slices == {}
+    assert len(slice_devices(rig.api.slices)) == 3  # a restart or an upgrade never empties the node
     assert not (rig.plugin_dir / "dra.sock").exists()
     assert not (rig.settings.registration_dir / f"{DRIVER}-reg.sock").exists()
+
+
+def test_delete_slices_on_stop_cleans_up_for_an_uninstall(rig: DriverRig) -> None:
+    rig.settings = rig.settings.model_copy(update={"delete_slices_on_stop": True})
+    rig.start()
+    rig.api.wait_slices(lambda s: len(s) == 1)
+    rig.end()
+    assert rig.result == [0] and rig.api.slices == {}
 
 
 def test_prepared_claims_survive_a_restart(rig: DriverRig) -> None:
@@ -213,7 +236,7 @@ def test_a_corrupt_checkpoint_is_refused_and_rebuilt_from_the_cdi_specs(
     kubelet = rig.start()
     rig.api.down = True
     assert kubelet.prepare([("default", "c", UID)]).claims[UID] == first
-    assert [c["devices"][0]["device"] for c in checkpoint(rig)["claims"]] == ["npu-core-1"]
+    assert [c["claim"]["devices"][0]["device"] for c in checkpoint(rig)["claims"]] == ["npu-core-1"]
 
 
 def test_kill_between_spec_and_checkpoint_loses_nothing(rig: DriverRig) -> None:
@@ -244,7 +267,7 @@ def test_kill_between_spec_and_checkpoint_loses_nothing(rig: DriverRig) -> None:
 
     (rig.cdi_dir / f".{DRIVER}-claim_{UID}.json.x1y2.tmp").write_text("{")  # a torn write's leftover
     kubelet = rig.start()
-    assert [c["uid"] for c in checkpoint(rig)["claims"]] == [UID]  # recovered from the spec
+    assert [c["claim"]["uid"] for c in checkpoint(rig)["claims"]] == [UID]  # recovered from the spec
     assert not list(rig.cdi_dir.glob(".*.tmp"))
     assert kubelet.unprepare([("default", "c", UID)]).claims[UID].error == ""
     assert spec_files(rig) == [] and checkpoint(rig)["claims"] == []
@@ -274,7 +297,7 @@ def test_a_second_driver_on_the_node_waits_for_the_first(rig: DriverRig) -> None
     rig.end()  # the first stops; the second takes over with the checkpoint
     from kubeletstub import KubeletStub
 
-    takeover = KubeletStub(rig.settings.registration_dir / f"{DRIVER}-reg.sock")
+    takeover = KubeletStub(rig.settings.registration_dir, DRIVER)
     takeover.register()
     rig.api.down = True
     assert takeover.prepare([("default", "c", UID)]).claims[UID] == first

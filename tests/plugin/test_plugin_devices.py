@@ -159,11 +159,13 @@ def test_shared_mode_ids_map_to_their_core_mask() -> None:
 
 def test_cdi_spec_lists_the_npu_nodes_and_the_compatible_mount() -> None:
     spec = cdi_spec(_info("rk3588", DRM_NODES, 3), "/sys/firmware/devicetree/base/compatible")
-    assert spec["kind"] == "rockchip.com/npu" and spec["cdiVersion"] == "0.5.0"
+    # The lowest version its content needs (no hostPath, no annotations): podman 4.x reads it.
+    assert spec["kind"] == "rockchip.com/npu" and spec["cdiVersion"] == "0.3.0"
     device = spec["devices"][0]  # type: ignore[index]
     assert device["name"] == "npu"
     edits = device["containerEdits"]
     assert [n["path"] for n in edits["deviceNodes"]] == ["/dev/dri/card1", "/dev/dri/renderD129"]
+    assert all("hostPath" not in n for n in edits["deviceNodes"])  # defaults to path
     assert edits["mounts"][0]["containerPath"] == "/run/rknpu/compatible"
 
 

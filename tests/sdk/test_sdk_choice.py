@@ -90,6 +90,18 @@ REFUSALS: list[tuple[str, str, str, dict[str, str], object, str, int, type[Excep
     ("npu", "m.onnx", "rk3588-drm", {}, None, "one", 1, ModelError, "the NPU runs .rknn models"),
     ("cpu", "m.rknn", "rk3588-drm", {}, [0], "one", 1, UsageError, "cores= was given with backend='cpu'"),
     ("auto", "m.rknn", "rk3588-drm", {"RKNN_NPU_CORE_MASK": "5"}, None, "one", 1, MaskError, "Pool"),
+    # From a DRA claim (e.g. `rockchip.com/npu: 2` got cores 0,2): the error names the claim shape to ask.
+    (
+        "auto",
+        "m.rknn",
+        "rk3588-drm",
+        {"RKNN_NPU_CORE_MASK": "5", "RKNN_NPU_CLAIM": "vision/det-npu/0b9a6f44"},
+        None,
+        "one",
+        1,
+        MaskError,
+        r"ResourceClaim \(vision/det-npu\) for 2 cores as one context.*npu.rockchip.com/coreGroup",
+    ),
     ("auto", "m.rknn", "rk3588-drm", {"RKNN_NPU_CORES": "1"}, [0], "per-core", 1, MaskError, "not available"),
 ]
 

@@ -55,6 +55,30 @@ def test_response_is_filtered_by_resource_and_deduplicated() -> None:
     )
 
 
+def test_cores_from_dra_claims_are_attributed_by_driver_and_device_name() -> None:
+    """Under DRA the kubelet lists a container's claims in ``dynamic_resources`` (no ``devices``)."""
+    response = api_pb2.ListPodResourcesResponse()
+    container = response.pod_resources.add(name="detector", namespace="vision").containers.add(name="app")
+    claim = container.dynamic_resources.add(claim_name="detector-npu-x7", claim_namespace="vision")
+    pair = claim.claim_resources.add(
+        driver_name="npu.rockchip.com", pool_name="node-a", device_name="npu-cores-0-1"
+    )
+    pair.cdi_devices.add(name="npu.rockchip.com/claim=0b9a-npu")
+    claim.claim_resources.add(driver_name="gpu.example.com", pool_name="node-a", device_name="npu-core-2")
+    claim.claim_resources.add(driver_name="npu.rockchip.com", pool_name="node-a", device_name="bogus")
+    other = response.pod_resources.add(name="light", namespace="default").containers.add(name="c")
+    other.dynamic_resources.add(claim_name="shared").claim_resources.add(
+        driver_name="npu.rockchip.com", pool_name="node-a", device_name="npu-core-2"
+    )
+    assert holders_from_response(response, "rockchip.com/npu") == (
+        CoreHolder(0, "vision", "detector", "app"),
+        CoreHolder(1, "vision", "detector", "app"),
+        CoreHolder(2, "default", "light", "c"),
+    )
+    assert holders_from_response(response, "rockchip.com/npu", dra_driver=None) == ()
+    assert holders_from_response(response, "rockchip.com/npu", dra_driver="npu.example.org") == ()
+
+
 def test_soc_templated_resource_name_matches_every_soc() -> None:
     """The plugin may offer rockchip.com/npu-{soc}; it passes the template, kubelet the real name."""
     response = api_pb2.ListPodResourcesResponse()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from rknnlaunch import lazy_attributes
 
 if TYPE_CHECKING:
+    from ._cdi import minimum_cdi_version, with_minimum_version
     from ._discovery import discover_on_node
     from ._manager import DeviceState, ResourceManager
     from ._policy import (
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
         device_cores,
         device_ids,
         preferred_allocation,
+        whole_device_id,
     )
     from ._probe import HoldersUnknownError, ProbeLoop, ProbeRunner
     from ._watch import FolderWatcher
@@ -53,6 +55,9 @@ _LAZY = {
     "cores_of": "._policy",
     "discover_on_node": "._discovery",
     "preferred_allocation": "._policy",
+    "minimum_cdi_version": "._cdi",
+    "whole_device_id": "._policy",
+    "with_minimum_version": "._cdi",
 }
 
 
@@ -81,4 +86,7 @@ __all__ = [
     "cores_of",
     "discover_on_node",
     "preferred_allocation",
+    "minimum_cdi_version",
+    "whole_device_id",
+    "with_minimum_version",
 ]

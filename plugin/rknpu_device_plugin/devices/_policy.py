@@ -24,6 +24,7 @@ from rknnlaunch.npu import (
 )
 
 from .._bounded import quote_ids
+from ._cdi import with_minimum_version
 
 Mode = Literal["core", "shared", "whole"]
 
@@ -342,7 +343,8 @@ def _node_paths(info: NpuInfo, extras: NodeExtras) -> tuple[str, ...]:
 def cdi_spec(
     info: NpuInfo, compatible_host_path: str | None, extras: NodeExtras = NodeExtras()
 ) -> dict[str, object]:
-    """A CDI spec (cdiVersion 0.5.0) for the whole NPU: its device nodes (and the extras present),
+    """A CDI spec for the whole NPU, at the lowest cdiVersion its content needs (`with_minimum_version`:
+    0.3.0, since device nodes name no separate host path): its device nodes (and the extras present),
     the compatible file and, with --host-librknnrt, the node's librknnrt.so.
 
     Per-core env stays in the Allocate response (CDI devices carry no per-allocation data).
@@ -355,9 +357,8 @@ def cdi_spec(
         env.append(f"{LIBRKNNRT_SOURCE_ENV}=host:{extras.librknnrt}")
         mounts.append((extras.librknnrt, CONTAINER_LIBRKNNRT_PATH))
     edits: dict[str, object] = {
-        "deviceNodes": [
-            {"path": path, "hostPath": path, "permissions": "rw"} for path in _node_paths(info, extras)
-        ],
+        # No hostPath: it defaults to path (and it would need cdiVersion 0.5.0).
+        "deviceNodes": [{"path": path, "permissions": "rw"} for path in _node_paths(info, extras)],
         "env": env,
     }
     if mounts:
@@ -369,8 +370,6 @@ def cdi_spec(
             }
             for host_path, container_path in mounts
         ]
-    return {
-        "cdiVersion": "0.5.0",
-        "kind": CDI_KIND,
-        "devices": [{"name": CDI_DEVICE, "containerEdits": edits}],
-    }
+    return with_minimum_version(
+        {"kind": CDI_KIND, "devices": [{"name": CDI_DEVICE, "containerEdits": edits}]}
+    )

@@ -1,4 +1,5 @@
-"""Which pod holds which NPU core: a client of kubelet's pod-resources API (v1 ``List``)."""
+"""Which pod holds which NPU core: a client of kubelet's pod-resources API (v1 ``List``), for cores
+from the device plugin (``devices``) and from DRA claims (``dynamic_resources``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from typing import Any
 from ..devices import DEFAULT_RESOURCE_NAME, HoldersUnknownError, cores_of
 
 DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DEFAULT_DRA_DRIVER = "npu.rockchip.com"
+"""The DRA driver whose claimed devices are ours (``rknpu-dra-driver --driver-name``'s default)."""
 # Kubelet answers List from memory; a slow answer means it is wedged, and a scrape must not wait.
 DEFAULT_TIMEOUT_SECONDS = 1.0
 # A node running hundreds of pods sends a large List answer; gRPC's default cap is 4 MiB.
@@ -43,11 +46,16 @@ def resource_matcher(resource_name: str) -> re.Pattern[str]:
     return re.compile("[a-z0-9]+".join(parts))
 
 
-def holders_from_response(response: Any, resource_name: str) -> tuple[CoreHolder, ...]:
-    """A ``ListPodResourcesResponse`` -> sorted, de-duplicated core holders for ``resource_name``.
+def holders_from_response(
+    response: Any, resource_name: str, dra_driver: str | None = DEFAULT_DRA_DRIVER
+) -> tuple[CoreHolder, ...]:
+    """A ``ListPodResourcesResponse`` -> sorted, de-duplicated core holders for ``resource_name``
+    (device plugin) and for devices of DRA driver ``dra_driver`` in the containers' claims
+    (``dynamic_resources``: ``npu-core-2``, or ``npu-cores-0-1`` of the partitionable layout).
 
-    Devices of other resources are skipped, and so are IDs that are not ours (a stale kubelet
-    checkpoint from another plugin version): attribution is best effort, never an error.
+    Devices of other resources or drivers are skipped, and so are IDs that are not ours (a stale
+    kubelet checkpoint from another version): attribution is best effort, never an error. A
+    claim with adminAccess (a monitoring pod) is attributed too: the API does not tell it apart.
     """
     ours = resource_matcher(resource_name)
     holders: set[CoreHolder] = set()
@@ -57,6 +65,12 @@ def holders_from_response(response: Any, resource_name: str) -> tuple[CoreHolder
                 if not ours.fullmatch(devices.resource_name):
                     continue
                 for core in cores_of(devices.device_ids):
+                    holders.add(CoreHolder(core, pod.namespace, pod.name, container.name))
+            if dra_driver is None:
+                continue
+            for dynamic in container.dynamic_resources:
+                names = [r.device_name for r in dynamic.claim_resources if r.driver_name == dra_driver]
+                for core in cores_of(names):
                     holders.add(CoreHolder(core, pod.namespace, pod.name, container.name))
     return tuple(sorted(holders))
 
@@ -74,9 +88,11 @@ class PodResourcesClient:
         socket_path: str = DEFAULT_POD_RESOURCES_SOCKET,
         resource_name: str = DEFAULT_RESOURCE_NAME,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        dra_driver: str | None = DEFAULT_DRA_DRIVER,
     ) -> None:
         self.socket_path = socket_path
         self.resource_name = resource_name
+        self.dra_driver = dra_driver
         self.timeout = timeout
         self._lock = threading.Lock()
         self._channel: Any = None
@@ -121,7 +137,7 @@ class PodResourcesClient:
                     f"pod-resources List on {self.socket_path} failed: "
                     f"{code.name if code is not None else 'error'}: {details}"
                 ) from exc
-        return holders_from_response(response, self.resource_name)
+        return holders_from_response(response, self.resource_name, self.dra_driver)
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,109 @@
+"""The driver's default slice layout ("auto") against API servers that keep the partitionable
+fields (1.34 style, 1.35+ style) and one that drops them (DRAPartitionableDevices off, the default
+on 1.34/1.35): what the API server stores is then allocated by the scheduler rig."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from allocator import Allocator
+from drarig import DRIVER, NODE, DriverRig
+from fakeapi import FakeApiServer
+from test_dra_allocation import classes, mask, sample_claims
+
+from fakehost import make_host
+from rknpu_dra_driver._settings import DraSettings
+
+PARTITION_FIELDS = ("sharedCounters", "consumesCounters")
+
+
+def _rig(api: FakeApiServer, root: Path) -> DriverRig:
+    make_host("rk3588-drm", root / "host")
+    settings = DraSettings(
+        host_root=root / "host",
+        node_name=NODE,
+        driver_name=DRIVER,
+        kubeconfig=str(api.kubeconfig(root / "kubeconfig")),
+        registration_dir=root / "registry",
+        plugin_dir=root / "plugin",
+        cdi_dir=root / "cdi",
+        api_timeout=5.0,
+        health_interval=0.1,
+        instance_id="",
+        slice_layout="auto",
+    )
+    return DriverRig(root, api, settings)
+
+
+@pytest.fixture
+def server(request: pytest.FixtureRequest) -> Iterator[DriverRig]:
+    drop, minor = request.param
+    api = FakeApiServer(drop_fields=drop, minor=minor).start()
+    api.add_node(NODE)
+    root = Path(tempfile.mkdtemp(prefix="rkdra-", dir="/tmp"))
+    rig = _rig(api, root)
+    yield rig
+    rig.end()
+    api.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _devices(slices: dict[str, dict[str, Any]]) -> list[str]:
+    return [d["name"] for s in slices.values() for d in s["spec"].get("devices") or ()]
+
+
+def _two_core_sample_after_the_shared_core(stored: list[dict[str, Any]]) -> int:
+    allocator = Allocator(classes(), stored)
+    (shared,) = sample_claims("shared-core.yaml")
+    first = allocator.allocate(shared)
+    assert first is not None
+    allocator.commit(first)
+    (pair,) = sample_claims("two-rk3588-cores.yaml")
+    second = allocator.allocate(pair)
+    assert second is not None
+    return mask(second)
+
+
+@pytest.mark.parametrize("server", [((), 35)], indirect=True, ids=["gate-on-1.35"])
+def test_a_135_server_keeping_the_fields_gets_a_counters_slice_and_the_partitionable_devices(
+    server: DriverRig,
+) -> None:
+    server.start()
+    slices = server.api.wait_slices(lambda s: len(_devices(s)) == 5)
+    assert sorted(slices) == [f"{NODE}-{DRIVER}", f"{NODE}-{DRIVER}-counters"]
+    counters = slices[f"{NODE}-{DRIVER}-counters"]["spec"]
+    assert "devices" not in counters and counters["sharedCounters"][0]["name"] == "npu-cores"
+    assert _devices(slices) == ["npu-core-2", "npu-core-0", "npu-core-1", "npu-cores-0-1", "npu-cores-0-1-2"]
+    assert _two_core_sample_after_the_shared_core(list(slices.values())) == 3
+
+
+@pytest.mark.parametrize("server", [((), 34)], indirect=True, ids=["gate-on-1.34"])
+def test_a_134_server_keeping_the_fields_gets_the_counters_in_the_device_slice(server: DriverRig) -> None:
+    server.start()
+    slices = server.api.wait_slices(lambda s: len(s) == 1 and len(_devices(s)) == 5)
+    ((name, only),) = slices.items()
+    assert name == f"{NODE}-{DRIVER}" and only["spec"]["sharedCounters"]
+    assert all(d["consumesCounters"] for d in only["spec"]["devices"])
+    assert _two_core_sample_after_the_shared_core([only]) == 3
+
+
+@pytest.mark.parametrize(
+    "server",
+    [(PARTITION_FIELDS, 34), (PARTITION_FIELDS, 35)],
+    indirect=True,
+    ids=["gate-off-1.34", "gate-off-1.35"],
+)
+def test_a_server_dropping_the_fields_gets_the_per_core_fallback(server: DriverRig) -> None:
+    server.start()
+    slices = server.api.wait_slices(
+        lambda s: len(s) == 1 and _devices(s) == ["npu-core-2", "npu-core-0", "npu-core-1"]
+    )
+    (only,) = slices.values()
+    assert only["spec"]["pool"]["resourceSliceCount"] == 1
+    # Never overlapping devices without counters: the fallback has one device per core.
+    assert _two_core_sample_after_the_shared_core([only]) == 3
