@@ -314,7 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    how = "containers" if engine else "plain processes"
+    how = (
+        f"driver in {images['dra']}, workload in {images.get('runtime') or 'a plain process'}"
+        if engine
+        else "plain processes"
+    )
     if results["problems"]:
         print(f"== DRA trial FAILED in {results['wall_s']} s ({how}): " + "; ".join(results["problems"]))
         return 1
