@@ -315,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     how = (
-        f"driver in {images['dra']}, workload in {images.get('runtime') or 'a plain process'}"
+        f"driver in {images.get('dra') or 'a plain process'}, "
+        f"workload in {images.get('runtime') or 'a plain process'}"
         if engine
         else "plain processes"
     )
