@@ -127,8 +127,9 @@ def build_simulator() -> Path:
 
 def openable_nodes(host: Path) -> list[str]:
     """As root, replace the fake host's DRM char devices (ENXIO without the rknpu driver) with nodes
-    of /dev/null's numbers, same owner and mode: the simulated NPU's nodes open, as a real
-    driver's do. Regular files (fakehost's nodes without root) open already. The nodes changed."""
+    of /dev/null's numbers, same owner, mode crw-rw---- as on a board: the simulated NPU's nodes
+    open, as a real driver's do. Regular files (fakehost's nodes without root) open already.
+    Returns the nodes changed."""
     changed = []
     for node in sorted((host / "dev/dri").glob("*")):
         info = node.lstat()
@@ -141,9 +142,9 @@ def openable_nodes(host: Path) -> list[str]:
             if exc.errno != errno.ENXIO:
                 continue
         node.unlink()
-        os.mknod(node, stat.S_IMODE(info.st_mode) | stat.S_IFCHR, os.makedev(1, 3))
+        os.mknod(node, 0o660 | stat.S_IFCHR, os.makedev(1, 3))
         os.chown(node, info.st_uid, info.st_gid)
-        os.chmod(node, stat.S_IMODE(info.st_mode))
+        os.chmod(node, 0o660)  # a render node's crw-rw---- (fakehost's mknod mode loses g+w to the umask)
         changed.append(f"/dev/dri/{node.name}")
     return changed
 
@@ -270,10 +271,25 @@ def node_spec(trial: Trial, spec_dir: Path) -> Path:
             node["hostPath"] = str(trial.host) + node.get("hostPath", node["path"])
         for mount in edits.get("mounts", []):
             mount["hostPath"] = str(trial.host) + mount["hostPath"]
+    if spec.get("cdiVersion") == "0.6.0":
+        # The DRA driver's claim specs are 0.6.0 for their annotations (the driver alone reads them,
+        # to rebuild its checkpoint); podman 4.3 (Debian bookworm) reads CDI up to 0.5.0 and ignores
+        # newer specs. The same edits without the annotations are a valid 0.5.0 spec.
+        spec.pop("annotations", None)
+        for device in spec["devices"]:
+            device.pop("annotations", None)
+        spec["cdiVersion"] = "0.5.0"
     CDI_SYSTEM_DIR.mkdir(parents=True, exist_ok=True)
     target = CDI_SYSTEM_DIR / f"rknnlaunch-trial-{os.getpid()}.json"
     target.write_text(json.dumps(spec))
     return target
+
+
+def node_groups(trial: Trial) -> list[str]:
+    """``--group-add GID`` for the groups owning the fake host's NPU nodes: what a pod sets with
+    securityContext.supplementalGroups (the render group), so the non-root workload opens them."""
+    gids = sorted({node.stat().st_gid for node in (trial.host / "dev/dri").glob("*")} - {0})
+    return [arg for gid in gids for arg in ("--group-add", str(gid))]
 
 
 def workload(
@@ -296,7 +312,7 @@ def workload(
         try:
             base = [
                 "run", "--rm", "--read-only", "--user", "10001:10001", "--network", "none",
-                "--tmpfs", "/tmp:rw,mode=1777", "--group-add", "keep-groups",
+                "--tmpfs", "/tmp:rw,mode=1777", *node_groups(trial),
                 *[arg for device in cdi_devices for arg in ("--device", device)],
                 *[arg for key, value in env.items() for arg in ("-e", f"{key}={value}")],
                 "-e", "RKNNLAUNCH_ROOT=/host", "-e", "RKNN_SIM_LOCK_DIR=/run/rknn-sim",

@@ -7,7 +7,9 @@ runtime-image workload started with the claim's CDI device (CI's images, RKNNLAU
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -65,7 +67,11 @@ def test_dra_trial_on_plain_processes_writes_only_under_its_folder(tmp_path: Pat
 def test_dra_driver_image_prepares_a_claim_a_runtime_container_consumes(
     tmp_path: Path,
 ) -> None:  # pragma: no cover
-    results = dra_trial.run(Path("/tmp") / f"rkdra-ci-{tmp_path.name[-8:]}", SAMPLE, IMAGES, "podman")
+    work = Path(tempfile.mkdtemp(prefix="rkdra-ci-", dir="/tmp"))  # short: unix socket paths
+    try:
+        results = dra_trial.run(work / "t", SAMPLE, IMAGES, "podman")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(results["steps"], indent=1))
     print(f"DRA assembled run (containers): {results['wall_s']} s")
     steps = {step["step"]: step for step in results["steps"]}
