@@ -12,7 +12,7 @@
 #   plugin-probe  the plugin extra + npu (rknn-toolkit-lite2) for the plugin's functional probe
 #   dra-driver    the DRA driver's image: rknnlaunch's requirements except numpy (the driver never
 #                 imports it: tests/test_import_footprint.py) and the dra extra, then rknnlaunch
-#                 itself with --no-deps
+#                 itself with --no-deps; the kubernetes client's unused asyncio half removed
 # SOURCE_DIR is the repository checkout (pyproject.toml, rknnlaunch/, plugin/, images/constraints.txt).
 set -eu
 
@@ -71,6 +71,13 @@ PY
   pip_install -r "${TMPDIR:-/tmp}/dra-requirements.txt"
   rm -f "${TMPDIR:-/tmp}/dra-requirements.txt"
   pip_install --no-deps "$src"
+  # The client's asyncio twin (kubernetes.aio, 68 MB of the image's 126 MB of client) and the
+  # aiohttp stack only it imports: the driver uses the synchronous client (nothing outside
+  # kubernetes/aio imports aiohttp; `import kubernetes` does not load it).
+  site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  rm -rf "$site/kubernetes/aio"
+  python -m pip uninstall --yes --disable-pip-version-check \
+    aiohttp aiohttp-retry aiosignal aiohappyeyeballs frozenlist multidict propcache yarl
   exit 0
 fi
 pip_install "$src[$extras]"

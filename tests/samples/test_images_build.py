@@ -184,8 +184,10 @@ def test_dra_driver_install_drops_numpy_only(tmp_path: Path) -> None:
     (bin_dir / "python").write_text(
         f'#!/bin/sh\nif [ "$1" = -m ]; then shift 2; echo "$@" >>{log}; for a in "$@"; do\n'
         f'  case "$prev" in -r) cat "$a" >>{log} ;; esac; prev=$a; done; exit 0; fi\n'
+        f'if [ "$1" = -c ]; then echo {tmp_path / "site"}; exit 0; fi\n'  # the venv's site-packages
         f'exec {sys.executable} "$@"\n'
     )
+    (tmp_path / "site/kubernetes/aio").mkdir(parents=True)
     (bin_dir / "python").chmod(0o755)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "TMPDIR": str(tmp_path)}
     subprocess.run(["sh", str(IMAGES / "install-python.sh"), "dra-driver", str(REPO)], check=True, env=env)
@@ -194,6 +196,10 @@ def test_dra_driver_install_drops_numpy_only(tmp_path: Path) -> None:
     for needed in ("pydantic", "grpcio", "protobuf", "prometheus-client", "kubernetes>=37"):
         assert needed in asked
     assert f"--no-deps {REPO}" in asked
+    # the client's asyncio half and the aiohttp stack only it imports are removed
+    assert (
+        not (tmp_path / "site/kubernetes/aio").exists() and "uninstall --yes" in asked and "aiohttp " in asked
+    )
 
 
 def test_constraints_pin_every_dependency_the_images_install() -> None:
