@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The one way to build the images (docs/images.md; CI and the demo call it): runtime, plugin and
-# plugin-probe, for linux/arm64 by default, with docker buildx, buildah or podman, whichever works.
+# The one way to build the images (docs/images.md; CI and the demo call it): runtime, plugin,
+# plugin-probe and dra-driver, for linux/arm64 by default, with docker buildx, buildah or podman,
+# whichever works.
 #
-# usage: images/build.sh [options] [runtime|plugin|plugin-probe ...]    (no names: all three)
+# usage: images/build.sh [options] [runtime|plugin|plugin-probe|dra-driver ...]    (no names: all four)
 #   --platform P               linux/arm64 (default) or linux/amd64 (plugin only makes sense there)
 #   --engine E                 docker | buildah | podman (default: the first that works, in that order)
 #   --base debootstrap         no registry: make PYTHON_IMAGE locally (images/base.sh, Debian bookworm
@@ -48,12 +49,12 @@ while [ "$#" -gt 0 ]; do
     --wheels) wheels=$2; shift 2 ;;
     --prefix) prefix=$2; shift 2 ;;
     --version) version=$2; shift 2 ;;
-    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
-    runtime | plugin | plugin-probe) names+=("$1"); shift ;;
+    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+    runtime | plugin | plugin-probe | dra-driver) names+=("$1"); shift ;;
     *) die "unknown argument '$1' (see images/build.sh --help)" ;;
   esac
 done
-[ "${#names[@]}" -gt 0 ] || names=(runtime plugin plugin-probe)
+[ "${#names[@]}" -gt 0 ] || names=(runtime plugin plugin-probe dra-driver)
 [ -n "$version" ] || die "cannot read the package version from rknnlaunch/_version.py; fix: pass --version"
 case "$base" in "" | debootstrap) ;; *) die "--base '$base' is unknown; fix: --base debootstrap" ;; esac
 case "$standin" in "" | sim) ;; *) die "--librknnrt-standin '$standin' is unknown; fix: --librknnrt-standin sim" ;; esac
@@ -171,11 +172,12 @@ for name in "${names[@]}"; do
     runtime) repo=rknnlaunch-runtime ;;
     plugin) repo=rknpu-device-plugin ;;
     plugin-probe) repo=rknpu-device-plugin-probe ;;
+    dra-driver) repo=rknpu-dra-driver ;;
   esac
   tag="$prefix$repo:$version"
   args=(--platform "$platform" -f "images/$name/Dockerfile" -t "$tag"
     --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" --build-arg "RKNNLAUNCH_VERSION=$version")
-  [ "$name" = plugin ] || args+=("${rknnrt_args[@]}")
+  case "$name" in plugin | dra-driver) ;; *) args+=("${rknnrt_args[@]}") ;; esac
   [ "$name" != plugin-probe ] || args+=("${probe_args[@]}")
   inputs=$(inputs_of "$name" "${args[@]}")
   if [ "$(image_label "$tag" io.rknnlaunch.inputs)" = "$inputs" ]; then

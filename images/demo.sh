@@ -1,31 +1,98 @@
 #!/usr/bin/env bash
-# Try the whole chain without a board or a cluster, in one command: a simulated RK3588 host tree,
-# a stub kubelet, the device plugin registering with it and allocating two NPU cores to a
-# workload, and that workload's `rknnlaunch doctor` and `rknnlaunch bench`.
+# Try the whole chain without a board or a cluster, in one command, on a simulated RK3588 NPU: a
+# fake host tree, a kubelet stub, the device plugin (or, with --dra, the DRA driver and a fake
+# API server) handing two NPU cores to a workload, and that workload's `rknnlaunch doctor` and
+# `rknnlaunch bench` on exactly those cores of the simulated librknnrt (tests/kit/librknnrt_sim),
+# with the mask and the per-core FPS it measured.
 #
-# usage: images/demo.sh [--processes]
-#   With podman (as root) and the images: the plugin and the workload run in the arm64 images
-#   under emulation, the workload on the simulated librknnrt through the real rknn-toolkit-lite2
-#   (images missing: built first with images/build.sh --base debootstrap --librknnrt-standin sim,
-#   ~15-30 min the first time). Otherwise, or with --processes: plain processes on this machine
-#   (the plugin as is; the bench on the CPU backend, since RKNNLite exists for arm64 only).
-# Needs a Python with rknnlaunch installed from this checkout: pip install -e '.[dev]' ($PYTHON).
-# What it shows and why: docs/images.md ("A local trial").
+# usage: images/demo.sh [--processes | --containers | --dra [--sample FILE]]
+#   (default)      containers when podman works as root and the images exist or can be built
+#                  (buildah), else plain processes; the line before the trial says which and why
+#   --processes    plain processes on this machine: the bench goes through tests/kit/rknnlite_sim
+#                  (rknn-toolkit-lite2's Python surface over ctypes) to the x86_64 simulated librknnrt
+#   --containers   the plugin and the workload in the arm64 images under emulation, the workload
+#                  through the real rknn-toolkit-lite2 on the simulated librknnrt (images missing:
+#                  built first with images/build.sh --base debootstrap --librknnrt-standin sim,
+#                  ~15-30 min the first time); stops with the reason where that cannot run
+#   --dra          the DRA driver, a fake API server and a kubelet stub, plain processes: a sample
+#                  claim of deploy/dra/samples (--sample, default two-rk3588-cores.yaml) allocated,
+#                  prepared, and the workload run with the claim's CDI spec
+# Everything is written under one temp folder (removed at the end), never under /var/lib/kubelet.
+# Needs: a Python with this checkout's dependencies ($PYTHON, default python3; pip install -e '.[dev]'),
+# gcc (the simulator is compiled on first use). What it shows and why: docs/images.md ("A local trial").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
-"$py" -c 'import rknnlaunch, grpc, rknpu_device_plugin' 2>/dev/null \
-  || { echo "images/demo.sh: $py cannot import rknnlaunch with the plugin; fix: pip install -e '.[dev]' (or set PYTHON)" >&2; exit 1; }
-version=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' rknnlaunch/_version.py)
-args=()
-if [ "${1:-}" != --processes ] && [ "$(id -u)" = 0 ] && command -v podman >/dev/null && command -v buildah >/dev/null; then
-  if ! podman image exists "rknnlaunch-runtime:$version" || ! podman image exists "rknpu-device-plugin:$version"; then
-    echo "images/demo.sh: building the images first (images/build.sh --base debootstrap --librknnrt-standin sim runtime plugin)" >&2
-    bash images/build.sh --base debootstrap --librknnrt-standin sim runtime plugin >&2
+mode=auto
+extra=()
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --processes) mode=processes; shift ;;
+    --containers) mode=containers; shift ;;
+    --dra) mode=dra; shift ;;
+    --sample) [ "$#" -ge 2 ] || { echo "images/demo.sh: --sample needs a file name; fix: --sample two-rk3588-cores.yaml" >&2; exit 2; }
+      extra+=(--sample "$2"); shift 2 ;;
+    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
+    *) echo "images/demo.sh: unknown argument '$1'; fix: images/demo.sh --help" >&2; exit 2 ;;
+  esac
+done
+[ "${#extra[@]}" -eq 0 ] || [ "$mode" = dra ] || { echo "images/demo.sh: --sample goes with --dra; fix: images/demo.sh --dra --sample FILE" >&2; exit 2; }
+
+# --- preflight: the Python, with the error it gives (never discarded) --------------------------------
+command -v "$py" >/dev/null || { echo "images/demo.sh: no '$py' on PATH; fix: PYTHON=/path/to/python images/demo.sh" >&2; exit 2; }
+modules="numpy, pydantic_settings, grpc, google.protobuf, inotify_simple, prometheus_client, rknnlaunch, rknpu_device_plugin"
+[ "$mode" != dra ] || modules="$modules, kubernetes, yaml, celpy, rknpu_dra_driver"
+if ! err=$(PYTHONPATH="$PWD:$PWD/plugin" "$py" -c "import $modules" 2>&1); then
+  echo "images/demo.sh: $py cannot run the trial: $(printf '%s\n' "$err" | tail -n 1)" >&2
+  missing=$(printf '%s\n' "$err" | sed -n "s/^ModuleNotFoundError: No module named '\([^'.]*\).*/\1/p" | tail -n 1)
+  case "$missing" in
+    numpy | pydantic_settings | pydantic) extras= ;;
+    grpc | google | inotify_simple | prometheus_client) extras='[plugin]' ;;
+    kubernetes | yaml) extras='[dra]' ;;
+    *) extras='[dev]' ;;
+  esac
+  if [ -n "$missing" ]; then
+    echo "fix: $py -m pip install -e '.$extras' (in a venv: python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && PYTHON=.venv/bin/python images/demo.sh)" >&2
+  else
+    echo "fix: the import error above (run: PYTHONPATH=$PWD:$PWD/plugin $py -c 'import $modules'); reinstall with $py -m pip install -e '.[dev]'" >&2
   fi
-  args=(--image "runtime=localhost/rknnlaunch-runtime:$version" --image "plugin=localhost/rknpu-device-plugin:$version")
-else
-  args=(--processes)
-  echo "images/demo.sh: no podman as root here: plain processes (the bench runs on the CPU backend)" >&2
+  exit 2
 fi
-exec "$py" tests/system/assembled.py "${args[@]}"
+version=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' rknnlaunch/_version.py)
+
+if [ "$mode" = dra ]; then
+  echo "images/demo.sh: DRA trial, plain processes: the DRA driver, a fake API server, a kubelet stub" >&2
+  exec "$py" tests/system/dra_trial.py "${extra[@]}"
+fi
+
+# --- containers or processes, and why -----------------------------------------------------------------
+why=
+if [ "$mode" = processes ]; then
+  why="--processes asked for"
+elif [ "$(id -u)" != 0 ]; then
+  why="not root (the containers need podman as root)"
+elif ! command -v podman >/dev/null; then
+  why="podman is not installed (apt-get install podman runc)"
+elif ! podman version >/dev/null 2>&1; then
+  why="podman is installed but \`podman version\` fails: $(podman version 2>&1 | tail -n 1)"
+elif [ ! -x /usr/sbin/runc ]; then
+  why="/usr/sbin/runc is missing (apt-get install runc)"
+elif { ! podman image exists "rknnlaunch-runtime:$version" || ! podman image exists "rknpu-device-plugin:$version"; } \
+  && ! command -v buildah >/dev/null; then
+  why="podman works, but the images rknnlaunch-runtime:$version and rknpu-device-plugin:$version are missing and buildah, which builds them, is not installed (apt-get install buildah)"
+fi
+if [ -n "$why" ]; then
+  if [ "$mode" = containers ]; then
+    echo "images/demo.sh: --containers cannot run here: $why; fix: run as root with podman, runc and buildah installed, or drop --containers" >&2
+    exit 2
+  fi
+  echo "images/demo.sh: plain processes ($why): the bench runs on the x86_64 simulated librknnrt" >&2
+  exec "$py" tests/system/assembled.py --processes
+fi
+if ! podman image exists "rknnlaunch-runtime:$version" || ! podman image exists "rknpu-device-plugin:$version"; then
+  echo "images/demo.sh: building the images first (images/build.sh --base debootstrap --librknnrt-standin sim runtime plugin)" >&2
+  bash images/build.sh --base debootstrap --librknnrt-standin sim runtime plugin >&2
+fi
+echo "images/demo.sh: containers (podman as root): the arm64 images under emulation" >&2
+exec "$py" tests/system/assembled.py --image "runtime=localhost/rknnlaunch-runtime:$version" \
+  --image "plugin=localhost/rknpu-device-plugin:$version"

@@ -148,3 +148,30 @@ def test_a_job_runs_on_its_cores_and_a_failing_core_fails_to_submit(
     (tmp_path / "fail-cores").write_text("2\n")
     assert lib.rknn_run(ctx, None) == -1
     assert "failed to submit!" in capfd.readouterr().err
+
+
+def test_the_x86_rknnlite_stand_in_runs_jobs_on_the_mask_it_was_given(
+    library: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """tests/kit/rknnlite_sim (the demo's RKNNLite off arm64): load -> init_runtime(core_mask) ->
+    inference -> release on the simulated librknnrt, the job on the mask's core only."""
+    import numpy as np
+
+    monkeypatch.setenv("RKNN_SIM_LIBRKNNRT", str(library))
+    monkeypatch.setenv("RKNN_SIM_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv("RKNN_SIM_SOC", "rk3588")
+    monkeypatch.setenv("RKNN_SIM_CORE_MS", "1")
+    monkeypatch.syspath_prepend(str(KIT / "rknnlite_sim"))
+    from rknnlite.api import RKNNLite
+
+    lite = RKNNLite(verbose=False)
+    assert lite.load_rknn(str(KIT / "models/tiny-rk3588.rknn")) == 0
+    assert lite.init_runtime(core_mask=RKNNLite.NPU_CORE_2) == 0
+    outputs = lite.inference(inputs=[np.full((1, 32, 32, 3), 42, np.uint8)])
+    assert outputs is not None and outputs[0].shape == (1, 6, 1024) and float(outputs[0].flat[0]) == 42.0
+    lite.release()
+    assert sorted(p.name for p in tmp_path.glob("core*.lock")) == ["core2.lock"]
+    assert RKNNLite().init_runtime(core_mask=8) == -1  # load_rknn first: refused, no raise
+    bad = RKNNLite()
+    bad.load_rknn(str(KIT / "models/tiny-rk3588.rknn"))
+    assert bad.init_runtime(core_mask=8) == -1  # a core the SoC lacks: rknn_set_core_mask refuses

@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 IMAGES = REPO / "images"
 RUNTIME = IMAGES / "runtime" / "Dockerfile"
 PLUGIN = IMAGES / "plugin" / "Dockerfile"
+DRA = IMAGES / "dra-driver" / "Dockerfile"
 SAMPLE_APP = REPO / "samples" / "app" / "Dockerfile"
 
 
@@ -121,12 +122,12 @@ def test_runtime_pins_agree_everywhere() -> None:
     assert f"`{sha}`" in readme and f"`{version}`" in readme
 
 
-@pytest.mark.parametrize("dockerfile", [RUNTIME, PLUGIN], ids=["runtime", "plugin"])
+@pytest.mark.parametrize("dockerfile", [RUNTIME, PLUGIN, DRA], ids=["runtime", "plugin", "dra-driver"])
 def test_version_label_is_the_package_version(dockerfile: Path) -> None:
     assert _arg_defaults(dockerfile)["RKNNLAUNCH_VERSION"] == [rknnlaunch.__version__]
 
 
-@pytest.mark.parametrize("dockerfile", [RUNTIME, PLUGIN], ids=["runtime", "plugin"])
+@pytest.mark.parametrize("dockerfile", [RUNTIME, PLUGIN, DRA], ids=["runtime", "plugin", "dra-driver"])
 def test_images_install_through_the_one_script(dockerfile: Path) -> None:
     text = dockerfile.read_text()
     assert "pip install" not in text, "pip lines belong in images/install-python.sh (CI installs them)"
@@ -155,12 +156,58 @@ def test_plugin_image_contract() -> None:
     assert "install-python.sh plugin" in text and "librknnrt" not in text
 
 
+def test_dra_driver_image_contract() -> None:
+    """The DRA driver's image: its entrypoint, the plugin's base and install script, no numpy, no
+    OpenCV, no runtime; deploy/dra/ runs that image."""
+    text = DRA.read_text()
+    assert 'ENTRYPOINT ["rknpu-dra-driver"]' in text and "librknnrt" not in text
+    assert "install-python.sh dra-driver" in text and "'numpy', 'cv2', 'onnxruntime'" in text
+    assert _arg_defaults(DRA)["PYTHON_IMAGE"] == _arg_defaults(PLUGIN)["PYTHON_IMAGE"]
+    assert (IMAGES / "dra-driver/Dockerfile.dockerignore").read_text() == (
+        IMAGES / "plugin/Dockerfile.dockerignore"
+    ).read_text()
+    kustomization = (REPO / "deploy/dra/kustomization.yaml").read_text()
+    daemonset = (REPO / "deploy/dra/daemonset.yaml").read_text()
+    image = re.search(r"image: (\S+):(\S+)", daemonset)
+    assert image is not None and image.group(1).endswith("/rknpu-dra-driver")
+    assert f"name: {image.group(1)}" in kustomization and f"newTag: {rknnlaunch.__version__}" in kustomization
+    build = (IMAGES / "build.sh").read_text()
+    assert "dra-driver) repo=rknpu-dra-driver" in build
+
+
+def test_dra_driver_install_drops_numpy_only(tmp_path: Path) -> None:
+    """install-python.sh dra-driver: pyproject's requirements minus numpy, plus the dra extra
+    expanded (a fake `python -m pip` records what it is asked to install)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "pip.log"
+    (bin_dir / "python").write_text(
+        f'#!/bin/sh\nif [ "$1" = -m ]; then shift 2; echo "$@" >>{log}; for a in "$@"; do\n'
+        f'  case "$prev" in -r) cat "$a" >>{log} ;; esac; prev=$a; done; exit 0; fi\n'
+        f'if [ "$1" = -c ]; then echo {tmp_path / "site"}; exit 0; fi\n'  # the venv's site-packages
+        f'exec {sys.executable} "$@"\n'
+    )
+    (tmp_path / "site/kubernetes/aio").mkdir(parents=True)
+    (bin_dir / "python").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "TMPDIR": str(tmp_path)}
+    subprocess.run(["sh", str(IMAGES / "install-python.sh"), "dra-driver", str(REPO)], check=True, env=env)
+    asked = log.read_text()
+    assert "numpy" not in asked and "opencv" not in asked and "onnxruntime" not in asked
+    for needed in ("pydantic", "grpcio", "protobuf", "prometheus-client", "kubernetes>=37"):
+        assert needed in asked
+    assert f"--no-deps {REPO}" in asked
+    # the client's asyncio half and the aiohttp stack only it imports are removed
+    assert (
+        not (tmp_path / "site/kubernetes/aio").exists() and "uninstall --yes" in asked and "aiohttp " in asked
+    )
+
+
 def test_constraints_pin_every_dependency_the_images_install() -> None:
     # tomllib is 3.11+; on 3.10 the same parser ships as tomli (dev extra)
     tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     wanted = list(project["dependencies"])
-    for extra in ("npu", "vision", "plugin"):
+    for extra in ("npu", "vision", "plugin", "dra"):
         wanted += project["optional-dependencies"][extra]
     pinned = {
         re.split(r"==", line)[0].strip().lower().replace("_", "-")
@@ -168,6 +215,7 @@ def test_constraints_pin_every_dependency_the_images_install() -> None:
         if "==" in line and not line.lstrip().startswith("#")
     }
     names = {re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].lower().replace("_", "-") for req in wanted}
+    names.discard("rknnlaunch")  # the dra extra names the plugin extra as rknnlaunch[plugin]
     assert names - pinned == set(), "add these to images/constraints.txt (with arm64 + x86_64 wheels)"
 
 

@@ -1,0 +1,57 @@
+"""images/demo.sh before any trial: bad arguments and a Python that cannot run the trial each get
+one line naming the cause (the import error itself, never discarded) and a fix line."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "images/demo.sh"
+
+
+def _demo(*args: str, python: str = "python3") -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": python}
+    return subprocess.run(["bash", str(DEMO), *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [(("--bogus",), "unknown argument '--bogus'"), (("--sample", "x.yaml"), "--sample goes with --dra")],
+)
+def test_bad_arguments_name_the_fix(args: tuple[str, ...], needle: str) -> None:
+    done = _demo(*args)
+    assert done.returncode == 2 and needle in done.stderr and "fix:" in done.stderr
+
+
+def _python_failing_with(tmp_path: Path, error: str) -> str:
+    fake = tmp_path / "python"
+    fake.write_text(
+        f"#!/bin/sh\necho 'Traceback (most recent call last):' >&2\necho \"{error}\" >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    return str(fake)
+
+
+@pytest.mark.parametrize(
+    ("error", "fix"),
+    [
+        ("ModuleNotFoundError: No module named 'grpc'", "pip install -e '.[plugin]'"),
+        ("ModuleNotFoundError: No module named 'kubernetes'", "pip install -e '.[dra]'"),
+        ("ImportError: cannot import name 'x' from 'google.protobuf'", "the import error above"),
+    ],
+)
+def test_a_python_that_cannot_import_is_shown_with_its_error(tmp_path: Path, error: str, fix: str) -> None:
+    done = _demo("--dra", python=_python_failing_with(tmp_path, error))
+    assert done.returncode == 2, done.stderr
+    first, second = done.stderr.strip().splitlines()[-2:]
+    assert first.endswith(error) and second.startswith("fix: ") and fix in second
+
+
+def test_help_shows_the_variants() -> None:
+    done = _demo("--help")
+    assert done.returncode == 0 and all(
+        flag in done.stdout for flag in ("--processes", "--containers", "--dra")
+    )

@@ -1,0 +1,80 @@
+"""Slow: the DRA driver assembled (tests/system/dra_trial.py): a sample claim of deploy/dra/samples
+allocated against the driver's slice on a fake API server, prepared through the kubelet stub, and a
+workload on the claim's CDI spec running `bench` on exactly those cores of the simulated NPU; as
+plain processes (images/demo.sh --dra), and with the rknpu-dra-driver image under podman and a
+runtime-image workload started with the claim's CDI device (CI's images, RKNNLAUNCH_IMAGES)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dra_trial
+from test_system_assembled import IMAGES, IMAGES_ENV, MISSING
+
+pytestmark = pytest.mark.slow
+SAMPLE = dra_trial.SAMPLES / dra_trial.DEFAULT_SAMPLE
+
+
+def test_the_sample_claim_selects_rk3588_cores_by_cel() -> None:
+    spec = dra_trial.sample_claim(SAMPLE)
+    device = {
+        "name": "npu-core-0",
+        "attributes": {"soc": {"string": "rk3588"}, "driverVersion": {"version": "0.9.8"}},
+    }
+    old = {
+        **device,
+        "name": "npu-core-1",
+        "attributes": {**device["attributes"], "driverVersion": {"version": "0.9.7"}},
+    }
+    other = {
+        **device,
+        "name": "npu-core-2",
+        "attributes": {**device["attributes"], "soc": {"string": "rk3576"}},
+    }
+    slices = [
+        {"spec": {"pool": {"name": "n"}, "devices": [device, old, other, {**device, "name": "npu-core-3"}]}}
+    ]
+    results = dra_trial.allocate(spec, slices)
+    assert [r["device"] for r in results] == ["npu-core-0", "npu-core-3"]
+    with pytest.raises(dra_trial.assembled.TrialError, match="wants 2 device"):
+        dra_trial.allocate(spec, [{"spec": {"pool": {"name": "n"}, "devices": [device, old]}}])
+
+
+def test_dra_trial_on_plain_processes_writes_only_under_its_folder(tmp_path: Path) -> None:
+    work = tmp_path / "t"  # short: unix socket paths
+    results = dra_trial.run(work, SAMPLE, {}, None)
+    steps = {step["step"]: step for step in results["steps"]}
+    assert steps["allocated"]["devices"] == ["npu-core-0", "npu-core-1"]
+    assert steps["prepared"]["mask"] == "3" and steps["prepared"]["cores"] == "0,1"
+    assert steps["unprepared"]["error"] is None and steps["unprepared"]["specs_left"] == 0
+    assert results["problems"] == [], (results["problems"], results["bench_output"])
+    assert results["cores_used"] == [0, 1] and set(results["per_core_fps"]) == {"0", "1"}
+    assert sorted(p.name for p in (work / "registry").iterdir()) == []  # the socket is gone on stop
+    assert (work / "plugin").is_dir() and (work / "cdi").is_dir()
+
+
+@pytest.mark.skipif(
+    MISSING is not None or "dra" not in IMAGES,
+    reason=MISSING or f"{IMAGES_ENV} names no rknpu-dra-driver image",
+)
+def test_dra_driver_image_prepares_a_claim_a_runtime_container_consumes(
+    tmp_path: Path,
+) -> None:  # pragma: no cover
+    work = Path(tempfile.mkdtemp(prefix="rkdra-ci-", dir="/tmp"))  # short: unix socket paths
+    try:
+        results = dra_trial.run(work / "t", SAMPLE, IMAGES, "podman")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(results["steps"], indent=1))
+    print(f"DRA assembled run (containers): {results['wall_s']} s")
+    steps = {step["step"]: step for step in results["steps"]}
+    assert steps["prepared"]["mask"] == "3" and steps["cdi spec"]["kind"] == "npu.rockchip.com/claim"
+    assert results["problems"] == [], (results["problems"], results["bench_output"])
+    assert results["cores_used"] == [0, 1]
