@@ -299,7 +299,6 @@ ROWS: list[Row] = [
         as_nobody=True,
     ),
     D("dra-cdi-dir-under-file", "--cdi-dir", "{base}/afile/cdi", says="--cdi-dir"),
-    D("dra-metrics-reserved", "--metrics-address", ":9000", says="not implemented"),
     D("dra-env-log-level", says="RKNPU_DRA_LOG_LEVEL", env=(("RKNPU_DRA_LOG_LEVEL", "verbose"),)),
     D("dra-env-health-huge", says=FINITE, env=(("RKNPU_DRA_HEALTH_INTERVAL", "1e999"),)),
     D("dra-extra-device", "--extra-device", "/dev/../etc/shadow", says="not a device node path"),
