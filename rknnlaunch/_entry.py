@@ -11,6 +11,9 @@ How a `main()` ends -> exit code and what is printed (`exit_code_for`; `run_main
 - any other `RknnLaunchError` -> its ``exit_code`` (1), the same two lines;
 - `BrokenPipeError` (the reader of stdout went away) -> 141 (128 + SIGPIPE), nothing;
 - any other `OSError` -> 1, ``PROG: error: <reason>: <path>``;
+- a `ModuleNotFoundError` for a third-party package (an install missing a dependency, or a
+  dependency the running user cannot read) -> 1, ``PROG: error: missing Python package`` and the
+  ``pip install`` that brings it; one for our own modules is a bug and raises;
 - a `KeyboardInterrupt` that escapes -> 130, ``PROG: interrupted``;
 - `SystemExit` (argparse's ``--help``/``--version``) -> its code;
 - anything else raises with its traceback: that is a bug.
@@ -54,10 +57,50 @@ class UsageParser(argparse.ArgumentParser):
 # --- exit codes ---------------------------------------------------------------------------------
 
 
+# Third-party module (top-level import name) -> the extra that installs it (`pyproject.toml`).
+EXTRA_FOR_MODULE: dict[str, str] = {
+    "numpy": "",
+    "pydantic": "",
+    "pydantic_settings": "",
+    "pydantic_core": "",
+    "cv2": "vision",
+    "onnxruntime": "cpu",
+    "rich": "bench",
+    "matplotlib": "bench",
+    "grpc": "plugin",
+    "google": "plugin",
+    "inotify_simple": "plugin",
+    "prometheus_client": "plugin",
+    "kubernetes": "dra",
+    "rknnlite": "npu",
+}
+OUR_PACKAGES = ("rknnlaunch", "rknpu_device_plugin", "rknpu_dra_driver", "rknpu_serverkit")
+
+
+def missing_package(exc: BaseException) -> str | None:
+    """The top-level name of the third-party package whose import failed; None when ``exc`` is not
+    such a failure (an import of one of our own modules failing is a bug, not an install problem)."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    top = exc.name.partition(".")[0]
+    return None if top in OUR_PACKAGES else top
+
+
+def install_hint(package: str) -> str:
+    """The ``pip install`` that brings ``package`` back."""
+    extra = EXTRA_FOR_MODULE.get(package)
+    if extra is None:
+        return f"pip install {package}, or reinstall: pip install --force-reinstall rknnlaunch"
+    target = f"'rknnlaunch[{extra}]'" if extra else "rknnlaunch"
+    return f"pip install {target} (or, if it is installed, let this user read its site-packages folder)"
+
+
 def exit_code_for(exc: BaseException) -> int | None:
     """The exit code for an exception that ended a `main()`; None for a bug (let it raise)."""
     if isinstance(exc, RknnLaunchError):
         return exc.exit_code
+    if missing_package(exc) is not None:
+        return EXIT_FAILURE
     if isinstance(exc, BrokenPipeError):
         return EXIT_BROKEN_PIPE
     if isinstance(exc, OSError):
@@ -77,6 +120,9 @@ def error_line(prog: str, exc: BaseException) -> str | None:
         return f"{prog}: interrupted"
     if isinstance(exc, RknnLaunchError):
         return f"{prog}: error: {exc}"
+    package = missing_package(exc)
+    if package is not None:
+        return f"{prog}: error: missing Python package: {package}\n  fix: {install_hint(package)}"
     if isinstance(exc, OSError):
         return f"{prog}: error: {describe_os_error(exc)}"
     return None

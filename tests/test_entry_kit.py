@@ -40,6 +40,18 @@ from rknpu_serverkit import setup_logging
         (KeyboardInterrupt(), 130, "prog: interrupted"),
         (SystemExit(0), 0, None),
         (SystemExit(2), 2, None),
+        (
+            ModuleNotFoundError("No module named 'numpy'", name="numpy"),
+            1,
+            "prog: error: missing Python package: numpy\n  fix: pip install rknnlaunch"
+            " (or, if it is installed, let this user read its site-packages folder)",
+        ),
+        (
+            ModuleNotFoundError("No module named 'cv2'", name="cv2"),
+            1,
+            "prog: error: missing Python package: cv2\n  fix: pip install 'rknnlaunch[vision]'"
+            " (or, if it is installed, let this user read its site-packages folder)",
+        ),
     ],
 )
 def test_how_main_ended_gives_one_exit_code_and_one_line(
@@ -68,6 +80,46 @@ def test_a_bug_still_raises_with_its_traceback() -> None:
     assert exit_code_for(ValueError()) is None
     with pytest.raises(ValueError, match="a bug"):
         run_main("prog", body)
+
+
+def test_one_of_our_own_modules_missing_is_a_bug_not_an_install_hint() -> None:
+    exc = ModuleNotFoundError("No module named 'rknnlaunch.nothing'", name="rknnlaunch.nothing")
+
+    def body() -> int:
+        raise exc
+
+    assert exit_code_for(exc) is None
+    with pytest.raises(ModuleNotFoundError):
+        run_main("prog", body)
+
+
+def test_a_command_whose_dependency_is_gone_says_which_and_how_to_install_it(tmp_path: Path) -> None:
+    # A real interpreter with numpy hidden (a meta-path finder that refuses it), as on an install
+    # that lost it or a user who cannot read the venv: one line, the package, the pip command.
+    hide = tmp_path / "sitecustomize.py"
+    hide.write_text(
+        "import sys\n"
+        "class Refuse:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.partition('.')[0] == 'numpy':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Refuse())\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(root), str(root / "plugin")]))
+    done = subprocess.run(
+        [sys.executable, "-m", "rknnlaunch", "bench", "-n", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith(
+        "rknnlaunch: error: missing Python package: numpy\n  fix: pip install rknnlaunch"
+    )
 
 
 def test_the_error_line_goes_to_the_configured_logger_as_json() -> None:

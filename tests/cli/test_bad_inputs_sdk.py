@@ -7,7 +7,6 @@ where the permission rules can only be seen for real."""
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from convert.tiny_onnx import write_yolov8_onnx
+from filemodes import setpriv_prefix
 from sdk.rknnfile_builder import rknn_bytes
 
 from rknnlaunch.cli._main import main
@@ -346,12 +346,11 @@ def test_bad_input_is_one_clear_line_with_a_fix(
 # --- as real processes ---------------------------------------------------------------------------
 
 
-def run_cli(
-    argv: list[str], env: dict[str, str] | None = None, as_user: int | None = None
-) -> tuple[int, str]:
+def run_cli(argv: list[str], env: dict[str, str] | None = None, modes_bind: bool = False) -> tuple[int, str]:
+    """``rknnlaunch argv`` as a process; ``modes_bind``: file modes apply to it even as root."""
     command = [sys.executable, "-m", "rknnlaunch", *argv]
-    if as_user is not None:
-        command = ["setpriv", f"--reuid={as_user}", f"--regid={as_user}", "--clear-groups", *command]
+    if modes_bind:
+        command = [*setpriv_prefix(), *command]
     environment = {k: v for k, v in os.environ.items() if k not in ENV_NAMES}
     environment |= {"PYTHONPATH": f"{ROOT}:{ROOT / 'plugin'}", "HOME": "/tmp", **(env or {})}
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment, cwd="/tmp")
@@ -376,41 +375,19 @@ def test_bad_input_as_a_process(name: str, module_inputs: dict[str, str], tmp_pa
     assert_refused(code, text, "", row)
 
 
-@pytest.fixture
-def shared_folder() -> Iterator[Path]:
-    """A folder an unprivileged user may enter (pytest's tmp_path is root's 0700 one)."""
-    folder = Path(__import__("tempfile").mkdtemp(prefix="rknnlaunch-perm-"))
-    folder.chmod(0o755)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def unprivileged() -> int | None:
-    """The uid to run as to see permission errors: ourselves when not root, else nobody via setpriv."""
-    if os.geteuid() != 0:
-        return None
-    if shutil.which("setpriv") is None:
-        pytest.skip("running as root without setpriv: permission errors cannot be seen for real")
-    return 65534
-
-
-def test_a_report_folder_this_user_cannot_write_is_refused_before_the_run(shared_folder: Path) -> None:
-    locked = shared_folder / "root-owned"
-    locked.mkdir(mode=0o755)
-    if os.geteuid() != 0:
-        locked.chmod(0o555)
-    code, text = run_cli(["bench", "-n", "1", "--json", str(locked / "x.json")], as_user=unprivileged())
+def test_a_report_folder_this_user_cannot_write_is_refused_before_the_run(tmp_path: Path) -> None:
+    locked = tmp_path / "read-only"
+    locked.mkdir(mode=0o555)  # denies its owner too; file modes apply to the run even as root
+    code, text = run_cli(["bench", "-n", "1", "--json", str(locked / "x.json")], modes_bind=True)
     assert_refused(code, text, "", Row("", f"--json {locked / 'x.json'}: Permission denied", code=2))
     assert "cannot write in" in text and not (locked / "x.json").exists()
 
 
-def test_an_image_with_mode_000_says_permission_denied(shared_folder: Path) -> None:
+def test_an_image_with_mode_000_says_permission_denied(tmp_path: Path) -> None:
     pytest.importorskip("cv2")
-    picture = shared_folder / "secret.png"
+    picture = tmp_path / "secret.png"
     picture.write_bytes(png(8, 8))
     picture.chmod(0o000)
-    code, text = run_cli(["detect", str(picture)], as_user=unprivileged())
+    code, text = run_cli(["detect", str(picture)], modes_bind=True)
     assert_refused(code, text, "", Row("", "Permission denied", code=2))
     assert "is not a JPEG" not in text and "chmod a+r" in text

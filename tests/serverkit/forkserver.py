@@ -5,10 +5,11 @@
 Nothing optional (grpc, kubernetes, prometheus-client, PyYAML, inotify-simple) and none of the
 programs' own modules are loaded before the fork: each child imports its program as
 ``python -m`` would, with the row's blocked modules set to None in ``sys.modules`` (what Python
-does for a package that is not installed) and, for a permission row, as the row's user.
+does for a package that is not installed) and, for a permission row, without root's file-mode
+override (tests/filemodes.py).
 
 Protocol: run as a script; stdin is one JSON request per line ``{"id", "module", "args", "env",
-"block", "uid", "stderr", "timeout"}`` until EOF; stdout gets one JSON answer per request
+"block", "modes_bind", "stderr", "timeout"}`` until EOF; stdout gets one JSON answer per request
 ``{"id", "code", "seconds", "cpu_seconds"}`` (``code`` null: killed at its timeout).
 """
 
@@ -45,10 +46,14 @@ def _child(request: dict[str, Any]) -> None:
         os.environ.update(request["env"])
         for name in request["block"]:
             sys.modules[name] = None  # type: ignore[assignment]
-        if request["uid"] is not None:
-            os.setgroups([])
-            os.setgid(request["uid"])
-            os.setuid(request["uid"])
+        if request["modes_bind"] == "owner":
+            from filemodes import drop_mode_override
+
+            drop_mode_override()
+        elif request["modes_bind"] == "other-user":
+            from filemodes import become_other_user
+
+            become_other_user()
         os.chdir("/")
         sys.argv = [request["module"], *request["args"]]
         import runpy

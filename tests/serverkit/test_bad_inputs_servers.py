@@ -36,7 +36,6 @@ from rknpu_serverkit import os_error_with_fix, server_main
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 30.0  # a loaded 2-core machine; a refusal takes well under a second
-NOBODY = 65534
 
 PLUGIN = "rknpu_device_plugin"
 DRA = "rknpu_dra_driver"
@@ -90,7 +89,8 @@ class Row:
     says: str  # a fragment of the error line
     env: tuple[tuple[str, str], ...] = ()
     block: tuple[str, ...] = ()
-    as_nobody: bool = False  # a permission row
+    modes_bind: bool = False  # a permission row: file modes must apply to its process, even as root
+    other_user: bool = False  # ... and it runs as another user than the files' owner (root)
     code: int = 2
     one_line: bool = True  # nothing logged before the refusal: exactly the error line and its fix
     base_args: bool = True  # the program's good flags first, so only this input is bad
@@ -123,7 +123,7 @@ ROWS: list[Row] = [
         says="--host-root /etc/hostname is not a folder",
     ),
     P("plugin-host-root-missing", "--host-root", "{base}/no/such/root", says="does not exist"),
-    P("plugin-host-root-unreadable", "--host-root", "{base}/noread", says=PERMISSION, as_nobody=True),
+    P("plugin-host-root-unreadable", "--host-root", "{base}/noread", says=PERMISSION, modes_bind=True),
     P("plugin-health-nan", "--health-interval", "nan", says=FINITE),
     P("plugin-health-inf", "--health-interval", "inf", says=FINITE),
     P("plugin-health-huge", "--health-interval", "1e400", says=FINITE),
@@ -158,14 +158,15 @@ ROWS: list[Row] = [
         "--device-plugin-dir",
         "{base}/rootonly/dp",
         says=PERMISSION,
-        as_nobody=True,
+        modes_bind=True,
     ),
     P(
         "plugin-default-kubelet-dir-as-user",
         "--host-root",
         "{base}/host",
         says="--device-plugin-dir /var/lib/kubelet/device-plugins: ",
-        as_nobody=True,
+        modes_bind=True,
+        other_user=True,
         base_args=False,
     ),
     P("plugin-cdi-dir-file", "--cdi", "--cdi-dir", "{base}/afile", says="--cdi-dir"),
@@ -197,7 +198,7 @@ ROWS: list[Row] = [
         "{base}/secret.rknn",
         *PROBE,
         says=PERMISSION,
-        as_nobody=True,
+        modes_bind=True,
     ),
     P(
         "probe-model-soc-folder-missing",
@@ -263,7 +264,7 @@ ROWS: list[Row] = [
         "--kubeconfig",
         "{base}/secret.yaml",
         says="secret.yaml: Permission denied",
-        as_nobody=True,
+        modes_bind=True,
     ),
     D(
         "dra-env-kubeconfig-list-with-missing",
@@ -296,7 +297,7 @@ ROWS: list[Row] = [
         "--plugin-dir",
         "{base}/rootonly/p",
         says="--plugin-dir {base}/rootonly/p: cannot create it: Permission denied",
-        as_nobody=True,
+        modes_bind=True,
     ),
     D("dra-cdi-dir-under-file", "--cdi-dir", "{base}/afile/cdi", says="--cdi-dir"),
     D("dra-env-log-level", says="RKNPU_DRA_LOG_LEVEL", env=(("RKNPU_DRA_LOG_LEVEL", "verbose"),)),
@@ -315,7 +316,7 @@ ROWS: list[Row] = [
     E("exporter-metrics-bogus", "--metrics-address", "a:b:c", says="is not host:port", base_args=False),
     E("exporter-nfd-dir-file", "--nfd-dir", "{base}/afile", says="is a file, not a folder"),
     E("exporter-textfile-under-file", "--textfile-dir", "{base}/afile/x", says="--textfile-dir"),
-    E("exporter-nfd-not-writable", "--nfd-dir", "{base}/rootonly/nfd", says=PERMISSION, as_nobody=True),
+    E("exporter-nfd-not-writable", "--nfd-dir", "{base}/rootonly/nfd", says=PERMISSION, modes_bind=True),
     E("exporter-no-prometheus", says=PIP_PLUGIN, block=("prometheus_client",)),
     E(
         "exporter-no-grpc-for-attribution",
@@ -414,16 +415,15 @@ def _request(row: Row, table: Table, index: int) -> dict[str, Any]:
     }
     env["NODE_NAME"] = "node-a"
     env.update({key: value.format(**fill) for key, value in row.env})
-    # Root ignores file modes: a permission row runs as nobody (as its owner otherwise, with the
-    # fixture's modes denying even the owner).
-    uid = NOBODY if row.as_nobody and os.geteuid() == 0 else None
+    # Root ignores file modes: a permission row's child drops that override (tests/filemodes.py);
+    # the fixture's modes deny even the owner, so it is refused as root and as a plain user alike.
     return {
         "id": index,
         "module": row.program,
         "args": [a.format(**fill) for a in args],
         "env": env,
         "block": list(row.block),
-        "uid": uid,
+        "modes_bind": ("other-user" if row.other_user else "owner") if row.modes_bind else None,
         "stderr": str(table.base / "stderr" / f"{index}.txt"),
         "timeout": TIMEOUT_S,
     }
@@ -434,7 +434,9 @@ def _run_all(table: Table) -> None:
     (table.base / "stderr").mkdir()
     requests = [_request(row, table, index) for index, row in enumerate(ROWS)]
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "plugin"), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO), str(REPO / "plugin"), str(REPO / "tests"), env.get("PYTHONPATH", "")]
+    )
     done = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("forkserver.py"))],
         input="".join(json.dumps(request) + "\n" for request in requests),
@@ -477,14 +479,12 @@ def _build_base(base: Path) -> None:
     (base / "noread").chmod(0)
     (base / "rootonly").mkdir()
     (base / "rootonly").chmod(0o555)  # not writable by its owner either (for a non-root run)
-    # Everything else readable by `nobody` (the permission rows' user when we are root).
-    for path in [base, *base.rglob("*")]:
-        keep = ("secret.rknn", "secret.yaml", "noread", "rootonly", "dp", "reg", "plug", "cdi", "nfd")
-        if path.name not in keep and not path.is_symlink():
-            mode = path.stat().st_mode
-            path.chmod(
-                mode | stat.S_IRGRP | stat.S_IROTH | (stat.S_IXGRP | stat.S_IXOTH if path.is_dir() else 0)
-            )
+    # The fake host readable by another user (an other_user row's process is nobody).
+    for path in [base, *(base / "host").rglob("*")]:
+        if not path.is_symlink():
+            extra = stat.S_IRGRP | stat.S_IROTH | (stat.S_IXGRP | stat.S_IXOTH if path.is_dir() else 0)
+            path.chmod(path.stat().st_mode | extra)
+    (base / "host").chmod(0o755)
 
 
 @pytest.fixture(scope="module")
@@ -523,7 +523,7 @@ def test_a_bad_input_is_one_line_and_a_fix_before_anything_starts(row: Row, tabl
     lines = [line for line in err.splitlines() if line.strip()]
     assert any(line.strip().startswith("fix:") or "| fix:" in line or "fix: " in line for line in lines), err
     assert row.says.format(base=table.base) in err, err
-    if row.as_nobody:  # the issue's "Permission denied: /var/lib/kubelet/..." had no fix line
+    if row.modes_bind:  # the issue's "Permission denied: /var/lib/kubelet/..." had no fix line
         assert "Permission denied" in err and "fix: run the server as root" in err, err
     if row.one_line:
         assert len(lines) == 2, err
