@@ -5,10 +5,12 @@ line, per-core queues shared with the Python SimulatedNpu, and failing cores."""
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,46 +23,19 @@ from rknnfile_builder import rknn_bytes  # noqa: E402
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed to build the simulator")
 
 
-class TensorAttr(ctypes.Structure):
-    _fields_ = [
-        ("index", ctypes.c_uint32),
-        ("n_dims", ctypes.c_uint32),
-        ("dims", ctypes.c_uint32 * 16),
-        ("name", ctypes.c_char * 256),
-        ("n_elems", ctypes.c_uint32),
-        ("size", ctypes.c_uint32),
-        ("fmt", ctypes.c_int),
-        ("type", ctypes.c_int),
-        ("qnt_type", ctypes.c_int),
-        ("fl", ctypes.c_int8),
-        ("zp", ctypes.c_int32),
-        ("scale", ctypes.c_float),
-        ("w_stride", ctypes.c_uint32),
-        ("size_with_stride", ctypes.c_uint32),
-        ("pass_through", ctypes.c_uint8),
-        ("h_stride", ctypes.c_uint32),
-    ]
+def _load_structs() -> Any:
+    # The stand-in binding's own declarations, loaded by path: putting rknnlite_sim on sys.path
+    # would make `rknnlite` importable for every other test in this process.
+    path = KIT / "rknnlite_sim/rknnlite/api/_rknn_api.py"
+    spec = importlib.util.spec_from_file_location("kit_rknn_api", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-class Input(ctypes.Structure):
-    _fields_ = [
-        ("index", ctypes.c_uint32),
-        ("buf", ctypes.c_void_p),
-        ("size", ctypes.c_uint32),
-        ("pass_through", ctypes.c_uint8),
-        ("type", ctypes.c_int),
-        ("fmt", ctypes.c_int),
-    ]
-
-
-class Output(ctypes.Structure):
-    _fields_ = [
-        ("want_float", ctypes.c_uint8),
-        ("is_prealloc", ctypes.c_uint8),
-        ("index", ctypes.c_uint32),
-        ("buf", ctypes.c_void_p),
-        ("size", ctypes.c_uint32),
-    ]
+_structs = _load_structs()
+TensorAttr, Input, Output = _structs.TensorAttr, _structs.Input, _structs.Output
 
 
 @pytest.fixture(scope="module")

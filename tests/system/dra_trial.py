@@ -38,6 +38,7 @@ for extra in (HERE, TESTS, TESTS / "dra", REPO / "plugin"):
 
 import assembled  # noqa: E402
 import yaml  # noqa: E402
+from allocator import AllocationError, Allocator  # noqa: E402
 from fakeapi import FakeApiServer  # noqa: E402
 from kubeletstub import KubeletStub  # noqa: E402
 
@@ -49,41 +50,6 @@ DEFAULT_SAMPLE = "two-rk3588-cores.yaml"
 
 
 # --- the scheduler's part: allocate a claim against the published slices ---------------------------
-
-
-def _cel_attributes(device: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """A slice device's attributes as CEL sees them: ``attributes[domain][name]``."""
-    out: dict[str, dict[str, Any]] = {}
-    for key, value in device.get("attributes", {}).items():
-        domain, _, name = key.rpartition("/")
-        plain = next(iter(value.values())) if isinstance(value, dict) and value else value
-        out.setdefault(domain or DRIVER, {})[name] = plain
-    return out
-
-
-def _version(text: Any) -> tuple[int, ...]:
-    return tuple(int(part) for part in str(text).split("-")[0].split("+")[0].split(".") if part.isdigit())
-
-
-def cel_match(expressions: list[str], device: dict[str, Any]) -> bool:
-    """Every CEL selector holds for ``device`` (cel-python, with Kubernetes' semver() and compareTo)."""
-    import celpy
-    from celpy import celtypes
-
-    def semver(text: Any) -> Any:
-        return celtypes.StringType(str(text))
-
-    def compare_to(left: Any, right: Any) -> Any:
-        a, b = _version(left), _version(right)
-        return celtypes.IntType((a > b) - (a < b))
-
-    env = celpy.Environment()
-    activation = celpy.json_to_cel({"device": {"driver": DRIVER, "attributes": _cel_attributes(device)}})
-    for expression in expressions:
-        program = env.program(env.compile(expression), functions={"semver": semver, "compareTo": compare_to})
-        if not bool(program.evaluate(activation)):
-            return False
-    return True
 
 
 def sample_claim(path: Path) -> dict[str, Any]:
@@ -99,43 +65,34 @@ def sample_claim(path: Path) -> dict[str, Any]:
 
 
 def allocate(claim_spec: dict[str, Any], slices: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Allocation results for every `exactly` request of ``claim_spec``: the first matching devices
-    by name, none twice (what the scheduler's allocator does for a claim alone on the node)."""
-    classes = {
-        document["metadata"]["name"]: [
-            sel["cel"]["expression"] for sel in document["spec"].get("selectors", [])
-        ]
-        for document in yaml.safe_load_all(CLASSES.read_text())
-        if document and document.get("kind") == "DeviceClass"
-    }
-    devices = [
-        (piece["spec"]["pool"]["name"], device) for piece in slices for device in piece["spec"]["devices"]
-    ]
-    taken: set[tuple[str, str]] = set()
-    results = []
-    for request in claim_spec["devices"]["requests"]:
-        exactly = request["exactly"]
-        wanted = classes[exactly["deviceClassName"]] + [
-            sel["cel"]["expression"] for sel in exactly.get("selectors", [])
-        ]
-        count = int(exactly.get("count", 1))
-        fits = [
-            (pool, device["name"])
-            for pool, device in sorted(devices, key=lambda item: item[1]["name"])
-            if (pool, device["name"]) not in taken and cel_match(wanted, device)
-        ][:count]
-        if len(fits) < count:
-            raise assembled.TrialError(
-                f"the claim's request {request['name']!r} wants {count} device(s) of "
-                f"{exactly['deviceClassName']}, the slices offer {len(fits)}\n"
-                "fix: pick a sample this simulated RK3588 can satisfy"
-            )
-        taken.update(fits)
-        results += [
-            {"request": request["name"], "driver": DRIVER, "pool": pool, "device": name}
-            for pool, name in fits
-        ]
-    return results
+    """The scheduler's first-fit results for ``claim_spec`` over ``slices``, with the shipped
+    DeviceClasses and a real CEL engine (tests/dra/allocator.py, the same rig tests/dra uses)."""
+    classes = [d for d in yaml.safe_load_all(CLASSES.read_text()) if d and d.get("kind") == "DeviceClass"]
+    try:
+        results = Allocator(classes, slices).allocate({"spec": claim_spec})
+    except AllocationError as exc:
+        raise assembled.TrialError(f"the scheduler refuses the claim: {exc}") from None
+    if results is None:
+        wanted = ", ".join(
+            f"{r['name']} ({(r.get('exactly') or {}).get('deviceClassName', 'firstAvailable')})"
+            for r in claim_spec["devices"]["requests"]
+        )
+        raise assembled.TrialError(
+            f"the claim's requests {wanted} cannot be allocated from the published slices\n"
+            "fix: pick a sample this simulated RK3588 can satisfy"
+        )
+    return [result.to_json() for result in results]
+
+
+def pool_complete(found: dict[str, Any]) -> bool:
+    """Every slice of the pool's newest generation is published (a 1.35+ partitionable pool is
+    two: its counters and its devices), as the scheduler waits for before allocating from it."""
+    if not found:
+        return False
+    pools = [piece["spec"]["pool"] for piece in found.values()]
+    newest = max(pool["generation"] for pool in pools)
+    current = [pool for pool in pools if pool["generation"] == newest]
+    return len(current) == current[0]["resourceSliceCount"]
 
 
 # --- the driver ------------------------------------------------------------------------------------
@@ -184,7 +141,8 @@ def driver_running(trial: assembled.Trial, api: FakeApiServer, image: str | None
                 stderr=log,
                 env={**os.environ, "PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "plugin")))},
             )
-        kubelet = KubeletStub(work / "registry" / f"{DRIVER}-reg.sock")
+        # The kubelet starting: it deletes the node's slices first (the driver republishes them).
+        kubelet = KubeletStub(work / "registry", DRIVER, api=api, node_name=NODE)
         info = kubelet.register(timeout=600 if image else 30)
         trial.say(
             "registered", driver=info.name, endpoint=info.endpoint, versions=list(info.supported_versions)
@@ -229,10 +187,8 @@ def run(work: Path, sample: Path, images: dict[str, str], engine: str | None) ->
     try:
         api.add_node(NODE)
         with driver_running(trial, api, images.get("dra") if engine else None) as kubelet:
-            slices = list(
-                api.wait_slices(lambda found: len(found) >= 1, timeout=600 if engine else 30).values()
-            )
-            devices = [device["name"] for piece in slices for device in piece["spec"]["devices"]]
+            slices = list(api.wait_slices(pool_complete, timeout=600 if engine else 30).values())
+            devices = [device["name"] for piece in slices for device in piece["spec"].get("devices") or ()]
             trial.say("published", slices=len(slices), devices=devices)
             spec = sample_claim(sample)
             uid = str(uuid.uuid4())

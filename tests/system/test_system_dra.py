@@ -11,6 +11,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,33 +19,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dra_trial
 from test_system_assembled import IMAGES, IMAGES_ENV, MISSING
 
+from rknnlaunch.npu import DeviceNode, NpuInfo, soc_by_name
+from rknpu_device_plugin.devices import device_ids
+from rknpu_dra_driver._slices import NodeFacts, SliceLayout, desired_slices
+
 pytestmark = pytest.mark.slow
 SAMPLE = dra_trial.SAMPLES / dra_trial.DEFAULT_SAMPLE
 
 
-def test_the_sample_claim_selects_rk3588_cores_by_cel() -> None:
+def _node_slices(node: str, soc: str, driver_version: str) -> list[dict[str, Any]]:
+    """The slices our driver publishes for ``node`` (rknpu_dra_driver._slices, auto layout)."""
+    spec = soc_by_name(soc)
+    assert spec is not None
+    nodes = (DeviceNode("/dev/dri/card1", "card"), DeviceNode("/dev/dri/renderD129", "render"))
+    compatible = (f"rockchip,{soc}",)
+    npu = NpuInfo(spec, compatible, spec.npu_cores, "test", "drm", nodes, driver_version=driver_version)
+    health = dict.fromkeys(device_ids(npu.core_count), True)
+    layout = SliceLayout.PER_CORE
+    built = desired_slices(node, dra_trial.DRIVER, 1, npu, health, NodeFacts(), f"{node}-uid", layout, None)
+    return list(built)  # type: ignore[arg-type]
+
+
+def test_the_sample_claim_gets_cores_0_and_1_of_an_rk3588_with_a_new_enough_driver() -> None:
     spec = dra_trial.sample_claim(SAMPLE)
-    device = {
-        "name": "npu-core-0",
-        "attributes": {"soc": {"string": "rk3588"}, "driverVersion": {"version": "0.9.8"}},
-    }
-    old = {
-        **device,
-        "name": "npu-core-1",
-        "attributes": {**device["attributes"], "driverVersion": {"version": "0.9.7"}},
-    }
-    other = {
-        **device,
-        "name": "npu-core-2",
-        "attributes": {**device["attributes"], "soc": {"string": "rk3576"}},
-    }
-    slices = [
-        {"spec": {"pool": {"name": "n"}, "devices": [device, old, other, {**device, "name": "npu-core-3"}]}}
-    ]
-    results = dra_trial.allocate(spec, slices)
-    assert [r["device"] for r in results] == ["npu-core-0", "npu-core-3"]
-    with pytest.raises(dra_trial.assembled.TrialError, match="wants 2 device"):
-        dra_trial.allocate(spec, [{"spec": {"pool": {"name": "n"}, "devices": [device, old]}}])
+    old_driver = _node_slices("a-old-driver", "rk3588", "0.9.7")
+    other_soc = _node_slices("b-rk3576", "rk3576", "0.9.8")
+    good = _node_slices("c-good", "rk3588", "0.9.8")
+    results = dra_trial.allocate(spec, [*old_driver, *other_soc, *good])
+    assert {(r["pool"], r["device"]) for r in results} == {("c-good", "npu-core-0"), ("c-good", "npu-core-1")}
+    with pytest.raises(dra_trial.assembled.TrialError, match="cannot be allocated"):
+        dra_trial.allocate(spec, [*old_driver, *other_soc])
 
 
 def test_dra_trial_on_plain_processes_writes_only_under_its_folder(tmp_path: Path) -> None:

@@ -20,52 +20,13 @@ from typing import Any
 
 import numpy as np
 
-_MAX_DIMS = 16
+from ._rknn_api import Input as _Input
+from ._rknn_api import Output as _Output
+from ._rknn_api import TensorAttr as _TensorAttr
+
 _Q_IN_OUT_NUM, _Q_INPUT_ATTR, _Q_OUTPUT_ATTR = 0, 1, 2
 _NHWC, _NCHW = 1, 0
 _TYPES = {"float32": 0, "float16": 1, "int8": 2, "uint8": 3, "int16": 4, "uint16": 5, "int32": 6}
-
-
-class _TensorAttr(ctypes.Structure):
-    _fields_ = [
-        ("index", ctypes.c_uint32),
-        ("n_dims", ctypes.c_uint32),
-        ("dims", ctypes.c_uint32 * _MAX_DIMS),
-        ("name", ctypes.c_char * 256),
-        ("n_elems", ctypes.c_uint32),
-        ("size", ctypes.c_uint32),
-        ("fmt", ctypes.c_int),
-        ("type", ctypes.c_int),
-        ("qnt_type", ctypes.c_int),
-        ("fl", ctypes.c_int8),
-        ("zp", ctypes.c_int32),
-        ("scale", ctypes.c_float),
-        ("w_stride", ctypes.c_uint32),
-        ("size_with_stride", ctypes.c_uint32),
-        ("pass_through", ctypes.c_uint8),
-        ("h_stride", ctypes.c_uint32),
-    ]
-
-
-class _Input(ctypes.Structure):
-    _fields_ = [
-        ("index", ctypes.c_uint32),
-        ("buf", ctypes.c_void_p),
-        ("size", ctypes.c_uint32),
-        ("pass_through", ctypes.c_uint8),
-        ("type", ctypes.c_int),
-        ("fmt", ctypes.c_int),
-    ]
-
-
-class _Output(ctypes.Structure):
-    _fields_ = [
-        ("want_float", ctypes.c_uint8),
-        ("is_prealloc", ctypes.c_uint8),
-        ("index", ctypes.c_uint32),
-        ("buf", ctypes.c_void_p),
-        ("size", ctypes.c_uint32),
-    ]
 
 
 _library: ctypes.CDLL | None = None
