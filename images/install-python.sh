@@ -46,7 +46,11 @@ if [ "$image" = dra-driver ]; then
   # the extra expanded through its rknnlaunch[...] references.
   requirements=$(python - "$src/pyproject.toml" "$extras" <<'PY'
 import sys
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11 (a 3.10 host, Ubuntu 22.04's): pip vendors the same parser
+    from pip._vendor import tomli as tomllib
 
 with open(sys.argv[1], "rb") as file:
     project = tomllib.load(file)["project"]
