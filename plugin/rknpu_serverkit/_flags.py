@@ -8,6 +8,7 @@ pydantic loads only when a model is built or `LogLevel` is first used.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args
 
@@ -15,6 +16,7 @@ from rknnlaunch import SettingsError
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
+    from pydantic.fields import FieldInfo
 
 _LogLevelName = Literal["debug", "info", "warning", "error"]
 LOG_LEVELS: list[str] = list(get_args(_LogLevelName))
@@ -129,19 +131,72 @@ def settings_from_flags(model: type[_M], args: argparse.Namespace, env_prefix: s
     try:
         return model(**given)
     except ValidationError as exc:
-        raise settings_error(exc, env_prefix, prog) from None
+        raise settings_error(exc, env_prefix, prog, model) from None
 
 
-def settings_error(exc: ValidationError, env_prefix: str, prog: str) -> SettingsError:
-    """A pydantic ValidationError as one `SettingsError`: each bad field as ``--flag (env VAR)``."""
+def settings_error(
+    exc: ValidationError, env_prefix: str, prog: str, model: type[BaseModel] | None = None
+) -> SettingsError:
+    """A pydantic ValidationError as one `SettingsError`: each bad field as ``--flag (env VAR)``.
+
+    With ``model``, a value out of a field's bounds gets a fix naming the valid range
+    (``use --replicas between 1 and 64``) and the reason for the bound when the field's description
+    states one: a clause starting "at most"/"at least" that says "because" (see `_bound_fix`).
+    """
+    errors = exc.errors()
     problems = "; ".join(
-        _describe(error["loc"], _MESSAGES.get(error["type"], error["msg"]), env_prefix)
-        for error in exc.errors()
+        _describe(error["loc"], _MESSAGES.get(error["type"], error["msg"]), env_prefix) for error in errors
     )
-    return SettingsError(
-        f"invalid {prog} settings: {problems}",
-        f"fix the flag or its {env_prefix}* environment variable (see {prog} --help)",
-    )
+    fixes: list[str] = []
+    generic = False
+    for error in errors:
+        loc = error["loc"]
+        fix = None
+        if model is not None and error["type"] in _BOUND_ERRORS and loc and str(loc[0]) in model.model_fields:
+            fix = _bound_fix(str(loc[0]), model.model_fields[str(loc[0])])
+        if fix is None:
+            generic = True
+        elif fix not in fixes:
+            fixes.append(fix)
+    if generic:
+        fixes.append(f"fix the flag or its {env_prefix}* environment variable (see {prog} --help)")
+    return SettingsError(f"invalid {prog} settings: {problems}", "; ".join(fixes))
+
+
+# pydantic's error types for a number outside a field's ge/gt/le/lt bounds.
+_BOUND_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal"})
+# A description's clause giving the reason for a bound: "at most 366 days because ...".
+_BOUND_REASON = re.compile(r"(?:^|[(;,]\s*)((?:at most|at least) [^;()]*?\bbecause\b[^;()]*)")
+
+
+def _bound_fix(name: str, field: FieldInfo) -> str | None:
+    """``use --flag between 1 and 64`` from ``field``'s bounds (None: it has none), then the
+    description's reason for them if it states one (``at most 366 days because ...``)."""
+    lower = upper = ""
+    low_value = high_value = None
+    for item in field.metadata:
+        for attr, word in (("ge", "at least"), ("gt", "above")):
+            if getattr(item, attr, None) is not None:
+                low_value, lower = getattr(item, attr), f"{word} {_number(getattr(item, attr))}"
+        for attr, word in (("le", "at most"), ("lt", "below")):
+            if getattr(item, attr, None) is not None:
+                high_value, upper = getattr(item, attr), f"{word} {_number(getattr(item, attr))}"
+    if not (lower or upper):
+        return None
+    if lower.startswith("at least") and upper.startswith("at most"):
+        valid = f"between {_number(low_value)} and {_number(high_value)}"
+    else:
+        valid = " and ".join(part for part in (lower, upper) if part)
+    fix = f"use --{name.replace('_', '-')} {valid}"
+    reason = _BOUND_REASON.search(field.description or "")
+    return f"{fix} ({reason.group(1).strip()})" if reason else fix
+
+
+def _number(value: object) -> str:
+    """300.0 as 300; other numbers as they are."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 # pydantic's wording where it misleads: "Input should be a finite number" for nan reads as a range.

@@ -55,6 +55,35 @@ def test_settings_errors_name_the_flag_and_its_environment_variable(monkeypatch:
     assert caught.value.exit_code == 2
 
 
+class _Bounded(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KIT_TEST_", extra="forbid")
+    copies: int = Field(1, ge=1, le=8, description="copies (at most 8 because the ring has 8 slots)")
+    delay: float = Field(1.0, gt=0, description="seconds")
+    soc: str | None = Field(None, description="SoC")
+
+    _check_soc = field_validator("soc")(check_soc_name)
+
+
+def _parse_bounded(argv: list[str]) -> _Bounded:
+    parser = UsageParser(prog="kit", argument_default=argparse.SUPPRESS)
+    add_setting_flags(parser, _Bounded, "KIT_TEST_", {"copies": int, "delay": float})
+    return settings_from_flags(_Bounded, parser.parse_args(argv), "KIT_TEST_", "kit")
+
+
+def test_a_bound_error_fix_names_the_valid_range_and_the_stated_reason() -> None:
+    with pytest.raises(SettingsError) as caught:
+        _parse_bounded(["--copies", "9"])
+    assert caught.value.fix == "use --copies between 1 and 8 (at most 8 because the ring has 8 slots)"
+    with pytest.raises(SettingsError) as caught:
+        _parse_bounded(["--delay", "0"])
+    assert caught.value.fix == "use --delay above 0"
+    # Another kind of error beside it keeps the general fix too.
+    with pytest.raises(SettingsError) as caught:
+        _parse_bounded(["--delay", "0", "--soc", "rk9999"])
+    assert caught.value.fix is not None
+    assert caught.value.fix.startswith("use --delay above 0; fix the flag or its KIT_TEST_* environment")
+
+
 def test_soc_validator_lists_the_known_names() -> None:
     assert check_soc_name("rk3588") == "rk3588"
     assert check_soc_name(None) is None
