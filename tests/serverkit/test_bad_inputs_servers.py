@@ -94,6 +94,7 @@ class Row:
     code: int = 2
     one_line: bool = True  # nothing logged before the refusal: exactly the error line and its fix
     base_args: bool = True  # the program's good flags first, so only this input is bad
+    fix: str = ""  # a fragment of the fix line (a bound: the valid range, and why when stated)
 
 
 def P(name: str, *args: str, says: str, **kw: Any) -> Row:
@@ -128,7 +129,13 @@ ROWS: list[Row] = [
     P("plugin-health-inf", "--health-interval", "inf", says=FINITE),
     P("plugin-health-huge", "--health-interval", "1e400", says=FINITE),
     P("plugin-health-negative", "--health-interval", "-1", says="greater than 0"),
-    P("plugin-health-too-long", "--health-interval", "301", says="less than or equal to 300"),
+    P(
+        "plugin-health-too-long",
+        "--health-interval",
+        "301",
+        says="less than or equal to 300",
+        fix="fix: use --health-interval above 0 and at most 300",
+    ),
     P("plugin-health-word", "--health-interval", "soon", says="invalid float value"),
     P(
         "plugin-replicas-huge",
@@ -137,8 +144,17 @@ ROWS: list[Row] = [
         "--replicas",
         "99999999999999999999",
         says="less than or equal to 64",
+        fix="fix: use --replicas between 1 and 64",
     ),
-    P("plugin-replicas-zero", "--mode", "shared", "--replicas", "0", says="greater than or equal to 1"),
+    P(
+        "plugin-replicas-zero",
+        "--mode",
+        "shared",
+        "--replicas",
+        "0",
+        says="greater than or equal to 1",
+        fix="fix: use --replicas between 1 and 64",
+    ),
     P("plugin-replicas-not-shared", "--replicas", "2", says="replicas only apply to --mode shared"),
     P("plugin-mode-enum", "--mode", "sideways", says="invalid choice"),
     P("plugin-log-level-enum", "--log-level", "loud", says="invalid choice"),
@@ -287,7 +303,13 @@ ROWS: list[Row] = [
     D("dra-health-nan", "--health-interval", "nan", says=FINITE),
     D("dra-api-timeout-inf", "--api-timeout", "inf", says=FINITE),
     D("dra-api-timeout-zero", "--api-timeout", "0", says="greater than 0"),
-    D("dra-api-timeout-huge", "--api-timeout", "1e12", says="less than or equal to 60"),
+    D(
+        "dra-api-timeout-huge",
+        "--api-timeout",
+        "1e12",
+        says="less than or equal to 60",
+        fix="fix: use --api-timeout above 0 and at most 60",
+    ),
     D("dra-driver-name", "--driver-name", "Bad_Name", says="DNS subdomain"),
     D("dra-node-name-upper", "--node-name", "NODE-A", says="not a Kubernetes node name"),
     D("dra-node-name-missing", says="no node name", env=(("NODE_NAME", ""),)),
@@ -309,7 +331,24 @@ ROWS: list[Row] = [
     E("exporter-interval-nan", "--interval", "nan", says=FINITE),
     E("exporter-interval-huge", "--interval", "1e400", says=FINITE),
     E("exporter-interval-negative", "--interval", "-5", says="greater than 0"),
-    E("exporter-expiry-negative", "--nfd-expiry", "-1", says="greater than or equal to 0"),
+    E(
+        "exporter-expiry-negative",
+        "--nfd-expiry",
+        "-1",
+        says="greater than or equal to 0",
+        fix="fix: use --nfd-expiry between 0 and 31622400 (at most 366 days because",
+    ),
+    # 1e14 s and 1e300 s overflowed datetime while writing the expiry time: a traceback.
+    *[
+        E(
+            f"exporter-expiry-{value}",
+            "--nfd-expiry",
+            value,
+            says="less than or equal to 31622400",
+            fix="fix: use --nfd-expiry between 0 and 31622400 (at most 366 days because",
+        )
+        for value in ("1e14", "1e300")
+    ],
     E("exporter-expiry-nan", "--nfd-expiry", "nan", says=FINITE),
     E("exporter-nothing-to-do", says="nothing to do", base_args=False),
     E("exporter-once-and-metrics", "--metrics-address", ":9102", says="cannot serve --metrics-address"),
@@ -523,6 +562,8 @@ def test_a_bad_input_is_one_line_and_a_fix_before_anything_starts(row: Row, tabl
     lines = [line for line in err.splitlines() if line.strip()]
     assert any(line.strip().startswith("fix:") or "| fix:" in line or "fix: " in line for line in lines), err
     assert row.says.format(base=table.base) in err, err
+    if row.fix:
+        assert any(line.strip().startswith(row.fix) for line in lines), err
     if row.modes_bind:  # the "Permission denied: /var/lib/kubelet/..." had no fix line
         assert "Permission denied" in err and "fix: run the server as root" in err, err
     if row.one_line:

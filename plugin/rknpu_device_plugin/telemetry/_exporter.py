@@ -61,6 +61,9 @@ PROG = "rknpu-exporter"
 # 10 minutes), then NFD drops them: a node never keeps NPU labels nobody vouches for.
 _EXPIRY_INTERVALS = 10
 _MIN_EXPIRY_SECONDS = 600.0
+# --nfd-expiry's ceiling: a year (and a leap day). 1e14 s overflowed datetime with a traceback; a
+# longer expiry is forever in all but name, and 0 says forever plainly.
+_MAX_EXPIRY_SECONDS = 366 * 24 * 3600
 
 log = logging.getLogger("rknpu_device_plugin.exporter")
 
@@ -89,8 +92,10 @@ class ExporterSettings(BaseSettings):
     nfd_expiry: float | None = Field(
         None,
         ge=0,
+        le=_MAX_EXPIRY_SECONDS,
         description="seconds NFD keeps our labels without a rewrite (0 = forever; default: 10 intervals, "
-        "at least 600; forever with --once)",
+        "at least 600; forever with --once; at most 366 days because a longer expiry is forever in all "
+        "but name, which 0 says plainly)",
     )
     once: bool = Field(False, description="write the files once and exit (no metrics server)")
     soc: str | None = Field(None, description="SoC to assume when the device tree cannot be read")
