@@ -216,3 +216,31 @@ def test_the_sdk_page_lists_the_whole_public_api(package: str) -> None:
     exported: list[str] = importlib.import_module(package).__all__
     unlisted = [name for name in exported if f"`{name}`" not in page]
     assert not unlisted, f"{package}.__all__ has names docs/sdk.md does not list: {unlisted}"
+
+
+def test_the_license_file_is_the_apache_2_license_pyproject_declares() -> None:
+    declared = re.search(
+        r'^license\s*=\s*(?:\{\s*text\s*=\s*)?"([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M
+    )
+    assert declared is not None and declared.group(1) == "Apache-2.0"
+    text = (ROOT / "LICENSE").read_text()
+    assert text.split()[:2] == ["Apache", "License"]
+    assert "Version 2.0, January 2004" in text and "http://www.apache.org/licenses/" in text
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
+
+
+# Keep a Changelog 1.1.0: "## [Unreleased]" first, then "## [1.2.3] - 2024-05-01" (ours says
+# "unreleased" for a version not yet released), each with "### Added"-style sections.
+CHANGELOG_VERSION = re.compile(r"## \[(?:Unreleased|\d+\.\d+\.\d+)\](?: - (?:\d{4}-\d{2}-\d{2}|unreleased))?")
+CHANGELOG_SECTIONS = {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
+
+
+def test_the_changelog_keeps_a_changelog_with_an_unreleased_section() -> None:
+    lines = (ROOT / "CHANGELOG.md").read_text().splitlines()
+    assert lines[0] == "# Changelog"
+    assert "keepachangelog.com" in "\n".join(lines[:10])
+    versions = [line for line in lines if line.startswith("## ")]
+    assert versions and versions[0] == "## [Unreleased]", versions
+    assert all(CHANGELOG_VERSION.fullmatch(line) for line in versions), versions
+    sections = {line[4:].strip() for line in lines if line.startswith("### ")}
+    assert sections and sections <= CHANGELOG_SECTIONS, sections
