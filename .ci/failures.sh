@@ -6,11 +6,22 @@ failures=() # "job|log" of every failed job or step, for the summary in the last
 failed() { # JOB [LOG]: remember a failure for the summary
   failures+=("$1|${2:-}")
 }
+# The lines our scripts' die() writes: "<script>: <problem>" (images/*.sh), often "...; fix: <what>".
+DIE_LINE='^(arm64-root|base\.sh|images/build\.sh|images/demo\.sh|prepare-host): |[^[:space:]].*; fix: '
 first_error() { # LOG -> its first line that reads like an error (else its last line)
-  local line
-  # pytest's short summary names the failing test first
-  line=$(grep -m1 -E '^(FAILED|ERROR) ' "$1" 2>/dev/null || true)
-  [ -n "$line" ] || line=$(grep -m1 -E '(^|[^[:alnum:]_])(ERROR|Error|error|FAILED|failed|fatal|Traceback|cannot)([^[:alnum:]_]|$)' "$1" 2>/dev/null || true)
+  local line pattern
+  # best first: pytest's short summary (the failing test), our scripts' die lines, apt/debootstrap's
+  # "E: " lines, Error/ERROR/FAILED words, then anything error-like (a setuptools warning that
+  # mentions an error comes before the real cause in a pip log, so it only wins when nothing else does)
+  for pattern in \
+    '^(FAILED|ERROR) ' \
+    "$DIE_LINE" \
+    '^E: ' \
+    '(^|[^[:alnum:]_])(ERROR|Error|FAILED)([^[:alnum:]_]|$)' \
+    '(^|[^[:alnum:]_])(error|failed|fatal|Traceback|cannot)([^[:alnum:]_]|$)'; do
+    line=$(grep -m1 -E "$pattern" "$1" 2>/dev/null || true)
+    [ -z "$line" ] || break
+  done
   [ -n "$line" ] || line=$(tail -n 1 "$1" 2>/dev/null || true)
   printf '%s' "${line:0:300}"
 }
