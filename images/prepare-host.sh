@@ -33,8 +33,9 @@ containers_conf=${RKNNLAUNCH_CONTAINERS_CONF:-/etc/containers/containers.conf}
 lock=${RKNNLAUNCH_HOST_LOCK:-/run/lock/rknnlaunch-prepare-host.lock}
 # runc, busybox-static: tests/plugin/test_plugin_runc.py; qemu-user-static, debootstrap: the arm64
 # roots; podman, buildah, gcc-aarch64-linux-gnu, binutils: the images (the cross compiler builds
-# the simulated librknnrt stand-in).
-packages=(runc busybox-static qemu-user-static debootstrap podman buildah gcc-aarch64-linux-gnu binutils)
+# the simulated librknnrt stand-in); python3-venv: .ci/run's venvs (Debian's python3 has no venv
+# module without it).
+packages=(runc busybox-static qemu-user-static debootstrap podman buildah gcc-aarch64-linux-gnu binutils python3-venv)
 
 parts=("$@")
 [ "${#parts[@]}" -gt 0 ] || parts=(packages binfmt containers)
@@ -104,7 +105,7 @@ prepare_containers() {
   local content edited
   # One read decides and feeds the edit (no second look that another copy may have changed).
   content=$(cat "$containers_conf" 2>/dev/null || true)
-  if grep -qs '^default_ulimits *= *\[\]' <<<"$content"; then
+  if grep -qs '^[[:space:]]*default_ulimits[[:space:]]*=[[:space:]]*\[[[:space:]]*\][[:space:]]*$' <<<"$content"; then
     echo "prepare-host: $containers_conf already sets default_ulimits = []"
     return 0
   fi
@@ -112,7 +113,19 @@ prepare_containers() {
   # The whole new file, then one rename: a reader never sees half a file, and two copies that both
   # found the line missing each write the same complete file (one line, never two).
   edited=$(mktemp "$containers_conf.XXXXXX") || die "cannot write beside $containers_conf; fix: run as root"
-  if grep -qs '^\[containers\]' <<<"$content"; then
+  if grep -qs '^[[:space:]]*default_ulimits[[:space:]]*=' <<<"$content"; then
+    # another value (e.g. ["nofile=1024:1024"], maybe over several lines): replaced, never a second
+    # default_ulimits key (TOML refuses a duplicate, and podman with it)
+    awk '
+      skipping { if (index($0, "]")) skipping = 0; next }
+      /^[[:space:]]*default_ulimits[[:space:]]*=/ {
+        print "default_ulimits = []"
+        if (!index($0, "]")) skipping = 1
+        next
+      }
+      { print }
+    ' <<<"$content" >"$edited"
+  elif grep -qs '^\[containers\]' <<<"$content"; then
     sed 's/^\[containers\]/[containers]\ndefault_ulimits = []/' <<<"$content" >"$edited"
   else
     { [ -z "$content" ] || printf '%s\n' "$content"; printf '[containers]\ndefault_ulimits = []\n'; } >"$edited"

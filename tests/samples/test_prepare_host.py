@@ -159,6 +159,51 @@ def test_containers_conf_keeps_an_existing_section(tmp_path: Path) -> None:
     assert text.index("default_ulimits = []") > text.index("[containers]") > text.index("[engine]")
 
 
+def _containers_part(tmp_path: Path, text: str) -> str:
+    """containers.conf holding ``text`` after the containers part ran on it (fake-root paths)."""
+    env = _host(tmp_path, "host")
+    conf = Path(env["RKNNLAUNCH_CONTAINERS_CONF"])
+    conf.parent.mkdir(parents=True)
+    conf.write_text(text)
+    done = subprocess.run(
+        ["bash", str(PREPARE_HOST), "containers"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return conf.read_text()
+
+
+@pytest.mark.parametrize(
+    "existing",
+    [
+        'default_ulimits = ["nofile=1024:1024"]\n',
+        '  default_ulimits=[ "nofile=1024:1024", "nproc=64:64" ]\n',
+        'default_ulimits = [\n  "nofile=1024:1024",\n  "nproc=64:64",\n]\n',
+    ],
+    ids=["one-line", "spaced", "multi-line"],
+)
+def test_containers_conf_replaces_another_default_ulimits_instead_of_adding_a_second(
+    tmp_path: Path, existing: str
+) -> None:
+    text = _containers_part(tmp_path, f'[containers]\nlog_driver = "k8s-file"\n{existing}netns = "host"\n')
+    assert text == '[containers]\nlog_driver = "k8s-file"\ndefault_ulimits = []\nnetns = "host"\n', text
+
+
+def test_containers_conf_leaves_a_commented_default_ulimits_alone(tmp_path: Path) -> None:
+    text = _containers_part(tmp_path, '[containers]\n# default_ulimits = [\n#  "nofile=1280:2560",\n# ]\n')
+    assert text.count("\ndefault_ulimits = []") == 1, text
+    assert '#  "nofile=1280:2560",' in text
+
+
+def test_the_packages_include_python3_venv() -> None:
+    # .ci/run makes venvs with the machine's python3; on Debian that needs python3-venv
+    packages = next(line for line in PREPARE_HOST.read_text().splitlines() if line.startswith("packages=("))
+    assert "python3-venv" in packages.removeprefix("packages=(").removesuffix(")").split()
+
+
 def test_a_missing_registration_file_names_the_package(tmp_path: Path) -> None:
     env = _host(tmp_path, "host")
     env["RKNNLAUNCH_BINFMT_CONF"] = str(tmp_path / "nope.conf")
