@@ -35,7 +35,8 @@ ADMIN_ENV = "RKNN_NPU_ADMIN_ACCESS"
 """``true`` for an adminAccess request: monitoring access, the cores are not this pod's alone."""
 GROUPS_ENV = "RKNN_NPU_CONTEXT_GROUPS"
 """Set when one context cannot run the request's cores (RK3588 {0,2}): the per-context groups,
-``0;2``, so the SDK opens one context per group (`rknnlaunch.Pool`)."""
+``0;2``. Informational, for programs driving RKNNLite themselves: rknnlaunch does not read it
+(`rknnlaunch.Pool` derives one context per core from the mask, `open()` refuses the set)."""
 # A claim UID is a UUID; anything else is refused before it becomes part of a path.
 _UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}")
 

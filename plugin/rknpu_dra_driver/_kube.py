@@ -268,15 +268,25 @@ class KubeApi:
         digits = "".join(ch for ch in minor if ch.isdigit())
         return int(digits) if digits else None
 
-    def create_slice(self, body: Mapping[str, Any]) -> dict[str, Any]:
+    def create_slice(self, body: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        """The slice as stored; ``dry_run``: as it would be stored (``?dryRun=All``: admitted,
+        defaulted, gated fields dropped, but nothing stored and no watch event)."""
         created: dict[str, Any] = self._call(
-            "create ResourceSlice", "POST", f"{RESOURCE_PATH}/resourceslices", body=body
+            "create ResourceSlice" + (" (dry run)" if dry_run else ""),
+            "POST",
+            f"{RESOURCE_PATH}/resourceslices",
+            _dry_run(dry_run),
+            body=body,
         )
         return created
 
-    def replace_slice(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    def replace_slice(self, name: str, body: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         replaced: dict[str, Any] = self._call(
-            f"update ResourceSlice {name}", "PUT", f"{RESOURCE_PATH}/resourceslices/{_q(name)}", body=body
+            f"update ResourceSlice {name}" + (" (dry run)" if dry_run else ""),
+            "PUT",
+            f"{RESOURCE_PATH}/resourceslices/{_q(name)}",
+            _dry_run(dry_run),
+            body=body,
         )
         return replaced
 
@@ -286,6 +296,10 @@ class KubeApi:
         except ApiError as exc:
             if exc.status != 404:
                 raise
+
+
+def _dry_run(dry_run: bool) -> Query:
+    return [("dryRun", "All")] if dry_run else []
 
 
 def _q(segment: str) -> str:

@@ -1,7 +1,13 @@
 """Keeps this node's ResourceSlices true: publishes the pool at start and on every health change,
 watches the driver's own slices and repairs any that someone else deleted or edited, republishes
 the true state after an API outage, and leaves the slices in place on a clean stop (the next
-instance, or the kubelet's wipe after an uninstall, takes over)."""
+instance, or the kubelet's wipe after an uninstall, takes over).
+
+Layout "auto" never stores overlapping devices without their counters: until the API server has
+shown it keeps the partitionable fields, each write is first made with ``dryRun=All`` and read
+(a server without DRAPartitionableDevices drops them silently, and the scheduler would
+double-book cores until the next write); a server of unknown version gets the per-core layout.
+A server without resource.k8s.io/v1 (Kubernetes < 1.34) stops the driver with one error line."""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any, cast
 
+from rknnlaunch import RknnLaunchError
 from rknpu_device_plugin.devices import DeviceState, ResourceManager
 
 from ._kube import ApiError, KubeApi
@@ -19,6 +26,8 @@ from ._metrics import DraMetrics
 from ._slices import NodeFacts, SliceLayout, desired_slices, fields_dropped
 
 _log = get_logger("slices")
+RESOURCE_V1_FROM_MINOR = 34
+"""resource.k8s.io/v1 (DRA GA) is served from Kubernetes 1.34."""
 RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 5.0
 RESYNC_S = 60.0
@@ -71,6 +80,9 @@ class SlicePublisher:
         self._auto = layout == "auto"
         self._server_minor = server_minor
         self._minor_known = server_minor is not None
+        self._confirmed = False
+        """Layout "auto": a dry run showed the server keeps the partitionable fields."""
+        self.dry_runs = 0
         self._metrics = metrics if metrics is not None else DraMetrics(None)
         self.taint_key = f"{driver_name}/unhealthy"
         self._taints = True
@@ -152,8 +164,15 @@ class SlicePublisher:
 
     # --- one pass -------------------------------------------------------------------------------
 
+    def _chosen_layout(self) -> SliceLayout:
+        if self._layout != "auto":
+            return SliceLayout(self._layout)
+        # Unknown version: which slice holds the counters is unknown too, and a wrong guess is
+        # dropped or refused; one device per core is right on every server.
+        return SliceLayout.PARTITIONABLE if self._server_minor is not None else SliceLayout.PER_CORE
+
     def _layout_slices(self, info: Any, health: Any) -> list[dict[str, Any]]:
-        layout = SliceLayout.PARTITIONABLE if self._layout == "auto" else SliceLayout(self._layout)
+        layout = self._chosen_layout()
         wanted = desired_slices(
             self.node_name,
             self.driver_name,
@@ -196,21 +215,29 @@ class SlicePublisher:
         info, state, _compatible = self._resources.snapshot()
         if info is None:
             return False  # nothing to offer yet; the ResourceManager wakes us when an NPU appears
+        if not self._minor_known:
+            # Asked until told (a failed /version is None): meanwhile "auto" offers per-core.
+            self._server_minor = self._api.server_minor()
+            self._minor_known = self._server_minor is not None
+            if self._server_minor is not None and self._server_minor < RESOURCE_V1_FROM_MINOR:
+                raise _too_old(self._server_minor)
         if self._node_uid is None:
             node = self._api.get_node(self.node_name)
             self._node_uid = ((node or {}).get("metadata") or {}).get("uid")
-        if not self._minor_known:
-            self._server_minor = self._api.server_minor()
-            self._minor_known = True
-        existing = {
-            str((s.get("metadata") or {}).get("name")): s
-            for s in self._api.list_slices(self.node_name, self.driver_name)
-        }
+        try:
+            listed = self._api.list_slices(self.node_name, self.driver_name)
+        except ApiError as exc:
+            if exc.status == 404:  # the collection itself is missing: no resource.k8s.io/v1
+                raise _too_old(self._server_minor) from None
+            raise
+        existing = {str((s.get("metadata") or {}).get("name")): s for s in listed}
         generations = [
             ((s.get("spec") or {}).get("pool") or {}).get("generation", 0) for s in existing.values()
         ]
         self._generation = max([self._generation, *(g for g in generations if isinstance(g, int))])
         wanted = self._desired(info, state.health)
+        if self._unconfirmed(wanted) and self._dry_run_drops(wanted, existing):
+            wanted = self._desired(info, state.health)  # per-core now
         names = {w["metadata"]["name"] for w in wanted}
         stale = [name for name in existing if name not in names]
         if not stale and all(self._matches(existing.get(w["metadata"]["name"]), w) for w in wanted):
@@ -264,7 +291,33 @@ class SlicePublisher:
     def _sent_before(self, name: str) -> bool:
         return name in self._kept
 
-    def _dropped(self, sent: dict[str, Any], kept: dict[str, Any]) -> bool:
+    def _unconfirmed(self, wanted: list[dict[str, Any]]) -> bool:
+        """Layout "auto" about to offer partitionable devices the server has not yet been seen to keep."""
+        if not self._auto or self._layout == "per-core" or self._confirmed:
+            return False
+        return any(fields_dropped(body, {}) for body in wanted)  # {} "drops" whatever body carries
+
+    def _dry_run_drops(self, wanted: list[dict[str, Any]], existing: Mapping[str, dict[str, Any]]) -> bool:
+        """Create/replace every slice with ``dryRun=All`` and read the answers: True (and per-core
+        from now on) when the server would drop the partitionable fields; else they are confirmed.
+        Nothing is stored, so the overlapping devices never exist without their counters."""
+        for body in wanted:
+            name = body["metadata"]["name"]
+            current = existing.get(name)
+            trial = copy.deepcopy(body)
+            if current is None:
+                kept = self._api.create_slice(trial, dry_run=True)
+            else:
+                trial["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
+                kept = self._api.replace_slice(name, trial, dry_run=True)
+            self.dry_runs += 1
+            if self._dropped(body, kept, wake=False):
+                return True
+        self._confirmed = True
+        _log.debug("the API server keeps the partitionable-device fields (dry run)")
+        return False
+
+    def _dropped(self, sent: dict[str, Any], kept: dict[str, Any], *, wake: bool = True) -> bool:
         """Layout "auto": the server dropped the partitionable fields -> per-core for good."""
         if self._layout == "per-core" or not fields_dropped(sent, kept):
             return False
@@ -275,7 +328,8 @@ class SlicePublisher:
         )
         self._layout = "per-core"
         self._kept.clear()
-        self._wake.set()  # republish in the new layout at once
+        if wake:
+            self._wake.set()  # republish in the new layout at once
         return True
 
     def _taints_dropped(self, sent: dict[str, Any], kept: dict[str, Any]) -> bool:
@@ -306,3 +360,13 @@ class SlicePublisher:
             _log.warning("cannot delete the ResourceSlices on stop", extra={"fields": {"error": str(exc)}})
             return
         _log.info("ResourceSlices deleted")
+
+
+def _too_old(minor: int | None) -> RknnLaunchError:
+    """The one error of a cluster without DRA's v1 API: retrying cannot help, so the driver stops."""
+    server = f"1.{minor}" if minor is not None else "of unknown version and serves no resource.k8s.io/v1"
+    return RknnLaunchError(
+        f"needs Kubernetes 1.34+ (resource.k8s.io/v1); this API server is {server}",
+        "upgrade the cluster to Kubernetes 1.34 or later, or serve the NPU with the device plugin "
+        "(deploy/daemonset.yaml) instead of the DRA driver",
+    )

@@ -11,6 +11,9 @@ a watch without a resourceVersion starts with an ADDED event per existing object
 "most recent" semantics), ends after ``timeoutSeconds``, and is cut when the server goes `down`.
 ``drop_fields`` names slice spec fields the server drops on write (a server whose feature gate is
 off: ``sharedCounters``, ``consumesCounters`` in devices, ``taints`` in devices).
+``?dryRun=All`` on a slice create or replace answers what would be stored (the dropped fields
+gone) but stores nothing and makes no watch event; `dry_runs` counts them. A ``minor`` below 34
+serves no resource.k8s.io/v1 (404 on its paths), as a Kubernetes 1.33 or older API server.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 RESOURCE = "/apis/resource.k8s.io/v1"
+RESOURCE_V1_FROM_MINOR = 34
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -60,6 +64,8 @@ class FakeApiServer:
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
+        self.dry_runs = 0
+        """Slice creates and replaces asked with ?dryRun=All (answered, never stored)."""
         self.authorizations: set[str] = set()
         self.down = False
         self.delay = 0.0
@@ -345,6 +351,9 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 if claim is None:
                     return 404, _status(404, "NotFound", f'resourceclaims.resource.k8s.io "{name}" not found')
                 return 200, copy.deepcopy(claim)
+            if path.startswith(RESOURCE) and api.minor < RESOURCE_V1_FROM_MINOR:
+                return 404, _status(404, "NotFound", "the server could not find the requested resource")
+            dry_run = (query.get("dryRun") or [""])[0] == "All"
             if path == f"{RESOURCE}/resourceslices":
                 if method == "GET":
                     wanted = _selector(query)
@@ -362,6 +371,10 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     name = body["metadata"]["name"]
                     if name in api.slices:
                         return 409, _status(409, "AlreadyExists", f'resourceslices "{name}" already exists')
+                    if dry_run:  # what would be stored, nothing stored (no resourceVersion yet)
+                        api.dry_runs += 1
+                        _drop(body, api.drop_fields)
+                        return 201, body
                     body["metadata"]["resourceVersion"] = api.next_version()
                     _drop(body, api.drop_fields)
                     api.slices[name] = body
@@ -375,6 +388,10 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 if method == "PUT":
                     if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
                         return 409, _status(409, "Conflict", "the object has been modified")
+                    if dry_run:  # the stored object and its resourceVersion stay
+                        api.dry_runs += 1
+                        _drop(body, api.drop_fields)
+                        return 200, body
                     body["metadata"]["resourceVersion"] = api.next_version()
                     _drop(body, api.drop_fields)
                     api.slices[name] = body

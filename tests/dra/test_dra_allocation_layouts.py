@@ -17,6 +17,7 @@ from fakeapi import FakeApiServer
 from test_dra_allocation import classes, mask, sample_claims
 
 from fakehost import make_host
+from rknpu_device_plugin.devices import device_cores
 from rknpu_dra_driver._settings import DraSettings
 
 PARTITION_FIELDS = ("sharedCounters", "consumesCounters")
@@ -107,3 +108,46 @@ def test_a_server_dropping_the_fields_gets_the_per_core_fallback(server: DriverR
     assert only["spec"]["pool"]["resourceSliceCount"] == 1
     # Never overlapping devices without counters: the fallback has one device per core.
     assert _two_core_sample_after_the_shared_core([only]) == 3
+
+
+def _overlapping_without_counters(stored: dict[str, Any]) -> list[tuple[str, str]]:
+    """Pairs of devices of one stored slice that share a core while either lacks consumesCounters
+    (what the scheduler would double-book)."""
+    devices = (stored.get("spec") or {}).get("devices") or []
+    pairs = []
+    for i, first in enumerate(devices):
+        for second in devices[i + 1 :]:
+            shared = device_cores(first["name"]) & device_cores(second["name"])
+            if shared and not (first.get("consumesCounters") and second.get("consumesCounters")):
+                pairs.append((first["name"], second["name"]))
+    return pairs
+
+
+@pytest.mark.parametrize(
+    "server",
+    [(PARTITION_FIELDS, 34), (PARTITION_FIELDS, 35)],
+    indirect=True,
+    ids=["gate-off-1.34", "gate-off-1.35"],
+)
+def test_a_server_dropping_the_fields_never_stores_overlapping_devices_even_across_a_restart(
+    server: DriverRig,
+) -> None:
+    """The partitionable layout is tried with dryRun=All first: the server's history (every stored
+    version of every slice) never holds overlapping devices without counters, neither at the first
+    start nor at a restart after the kubelet wiped the slices (a new instance knows nothing)."""
+    per_core = ["npu-core-2", "npu-core-0", "npu-core-1"]
+    server.start()
+    server.api.wait_slices(lambda s: len(s) == 1 and _devices(s) == per_core)
+    first_dry_runs = server.api.dry_runs
+    assert first_dry_runs >= 1
+    server.end()
+    server.api.delete_slices(NODE)  # the kubelet's wipe: the restart must write the pool again
+    server.start()
+    server.api.wait_slices(lambda s: len(s) == 1 and _devices(s) == per_core)
+    assert server.api.dry_runs > first_dry_runs  # the new instance asked again, and again stored nothing
+    with server.api.lock:
+        history = [obj for kind, obj in server.api.events if kind != "DELETED"]
+    assert history
+    for stored in history:
+        assert _overlapping_without_counters(stored) == [], stored
+        assert len(_devices({"s": stored})) in (0, 3), stored  # per-core only, never the 5-device pool

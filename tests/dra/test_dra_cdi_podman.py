@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +61,24 @@ def _write(paths: list[Path], spec: dict[str, Any]) -> None:
     paths.append(path)
 
 
+@cache
+def _cgroup_flags() -> tuple[str, ...]:
+    """``--cgroups=disabled`` (no cgroup setup on a CI runner) only under crun: runc refuses it
+    ("not compatible with NoCgroups"), and Debian 12's podman 4.3.1 runs runc by default."""
+    runtime = subprocess.run(
+        ["podman", "info", "--format", "{{.Host.OCIRuntime.Name}}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout.strip()
+    return ("--cgroups=disabled",) if runtime == "crun" else ()
+
+
 def _oci_config(device: str) -> dict[str, Any]:
     """The OCI config podman makes for a container given ``--device <CDI id>``; raises
     AssertionError with podman's error when it cannot resolve the device."""
     created = subprocess.run(
-        [*PODMAN, "create", "--cgroups=disabled", "--device", device, "--rootfs", "/", "/bin/true"],
+        [*PODMAN, "create", *_cgroup_flags(), "--device", device, "--rootfs", "/", "/bin/true"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -91,8 +105,17 @@ def _env(config: dict[str, Any]) -> dict[str, str]:
     return dict(item.split("=", 1) for item in config["process"]["env"])
 
 
-def test_podman_reads_the_dra_drivers_per_request_specs(written: list[Path]) -> None:
-    uid = str(uuid.uuid4())
+@pytest.mark.parametrize(
+    ("uid", "version"),
+    [
+        # The CDI library's minimum-version rule: a device name not starting with a letter needs
+        # 0.5.0, and a claim's device names start with its UID; fixed UIDs make each case certain.
+        ("0b5e2c1a-7d4f-4e8a-9c3b-1f2a3b4c5d6e", "0.5.0"),
+        ("b05e2c1a-7d4f-4e8a-9c3b-1f2a3b4c5d6e", "0.3.0"),
+    ],
+    ids=["digit-first-uid", "letter-first-uid"],
+)
+def test_podman_reads_the_dra_drivers_per_request_specs(written: list[Path], uid: str, version: str) -> None:
     ref = ClaimRef("default", "detector", uid)
     devices = (
         AllocatedDevice("pair", "node", "npu-core-0"),
@@ -101,7 +124,11 @@ def test_podman_reads_the_dra_drivers_per_request_specs(written: list[Path]) -> 
     )
     claim = PreparedClaim(ref, devices, cdi_device_id(DRIVER, uid))
     spec = claim_spec(DRIVER, claim, _info(), None, NodeExtras())
-    assert spec["cdiVersion"] == "0.5.0"
+    assert spec["cdiVersion"] == version
+    # Earlier runs' specs of the same UID would make the CDI id ambiguous: this run's file only.
+    for stale in CDI_DIR.glob("rknnlaunch-test-*.json"):
+        if uid in stale.read_text():
+            stale.unlink()
     _write(written, spec)
     pair = _env(_oci_config(claim.request_cdi_id("pair")))
     side = _env(_oci_config(claim.request_cdi_id("side")))

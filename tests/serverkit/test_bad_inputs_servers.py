@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dra.fakeapi import FakeApiServer
 
 from fakehost import make_host
 from rknnlaunch import RknnLaunchError
@@ -271,6 +272,16 @@ ROWS: list[Row] = [
         "--kubeconfig",
         "{base}/bad-cert.yaml",
         says="cannot configure the API client",
+        code=1,
+        one_line=False,
+    ),
+    # A reachable API server without resource.k8s.io/v1 (the fake as Kubernetes 1.33): retrying
+    # cannot help, so the first publish stops the driver (exit 1) instead of retrying 404s forever.
+    D(
+        "dra-kubernetes-1.33",
+        "--kubeconfig",
+        "{base}/k8s-1.33.yaml",
+        says="needs Kubernetes 1.34+ (resource.k8s.io/v1); this API server is 1.33",
         code=1,
         one_line=False,
     ),
@@ -530,8 +541,10 @@ def _build_base(base: Path) -> None:
 def table() -> Iterator[Table]:
     base = Path(tempfile.mkdtemp(prefix="rknpu-bad-inputs-"))
     busy = socket.socket()
+    old_server = FakeApiServer(minor=33).start()
     try:
         _build_base(base)
+        old_server.kubeconfig(base / "k8s-1.33.yaml")
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         result = Table(base, busy.getsockname()[1])
@@ -539,6 +552,7 @@ def table() -> Iterator[Table]:
         yield result
     finally:
         busy.close()
+        old_server.stop()
         for path in (base / "noread", base / "rootonly"):
             with contextlib.suppress(OSError):
                 path.chmod(0o755)
