@@ -209,9 +209,10 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
         if api.ready:
             publisher.wake()
         board = HealthBoard(resources, settings.node_name)
-        metrics.watch(lambda: resources.state.health, store.count)
-        board.on_change = lambda health: metrics.collect_health()
-        metrics.collect_health()
+        metrics.watch(store.count)
+        # The board hands the gauges the health it has: a callback reading resources.state under
+        # the ResourceManager's lock would deadlock the health loop and every prepare.
+        board.notify(metrics.collect_health)
         servers = KubeletServers(
             store,
             board,

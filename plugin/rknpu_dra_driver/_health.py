@@ -57,7 +57,7 @@ class HealthBoard:
         self._health: dict[str, bool] = {}
         self._sets: tuple[frozenset[int], ...] | None = None
         self._learn_sets()
-        self.on_change: Callable[[Mapping[str, bool]], None] = lambda health: None
+        self._on_change: Callable[[Mapping[str, bool]], None] = lambda health: None
         self._sink = resources.subscribe(self)
 
     def _learn_sets(self) -> None:
@@ -103,10 +103,18 @@ class HealthBoard:
             changed = self._records_locked(now)
             records = list(self._devices.values())
             streams = list(self._streams) if changed else []
+            if changed:  # under our lock: `notify` hands over the state before or after, in order
+                self._on_change(dict(item.health))
         for stream in streams:
             stream.put(records)
-        if changed:
-            self.on_change(dict(item.health))
+
+    def notify(self, callback: Callable[[Mapping[str, bool]], None]) -> None:
+        """Call ``callback`` with the per-core health now and on every change. It runs under the
+        ResourceManager's lock (`put` is its sink, the lock is not re-entrant): it must not
+        block, nor call the ResourceManager (it gets the health it needs)."""
+        with self._lock:
+            self._on_change = callback
+            callback(dict(self._health))
 
     def current(self) -> list[DeviceHealth]:
         with self._lock:

@@ -294,6 +294,35 @@ def test_metrics_are_served(rig: DriverRig) -> None:
         assert line in page, line
 
 
+def test_a_health_change_with_metrics_on_freezes_nothing(rig: DriverRig) -> None:
+    """The health gauge used to re-read the ResourceManager's state from inside its own (not
+    re-entrant) lock: the first health change with --metrics-address froze health and prepare."""
+    port = _free_port()
+    rig.settings = rig.settings.model_copy(update={"metrics_address": f"127.0.0.1:{port}"})
+    kubelet = rig.start()
+    rig.api.wait_slices(_three)
+    stream, changed, state = _health(kubelet)
+    with changed:
+        assert changed.wait_for(lambda: len(state) > 3 and set(state.values()) == {health_pb.HEALTHY}, 10)
+    render = rig.host_root / "dev/dri/renderD129"
+    render.rename(render.with_suffix(".gone"))
+    with changed:
+        assert changed.wait_for(lambda: set(state.values()) == {health_pb.UNHEALTHY}, 5)
+    # The ResourceManager answers again: a prepare gets its (refusing: no usable NPU) answer fast.
+    rig.api.add_claim("default", "c", UID, results("npu-core-0"))
+    began = time.monotonic()
+    answer = kubelet.prepare([("default", "c", UID)])
+    took = time.monotonic() - began
+    assert answer.claims[UID].error and took < 1.0, (answer, took)
+    page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'rknpu_dra_device_healthy{device="npu-core-0"} 0.0' in page
+    render.with_suffix(".gone").rename(render)
+    with changed:
+        assert changed.wait_for(lambda: set(state.values()) == {health_pb.HEALTHY}, 5)
+    assert kubelet.prepare([("default", "c", UID)]).claims[UID].error == ""
+    stream.cancel()
+
+
 def test_start_to_slice_is_quick(rig: DriverRig) -> None:
     began = time.monotonic()
     rig.start()
