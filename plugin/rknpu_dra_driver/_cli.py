@@ -107,6 +107,8 @@ def start_api_client(api: KubeApi) -> Future[None]:
 
 
 STALE_RETRY_S = 30.0
+STALE_RECHECK_S = 60.0
+"""How often claims of an earlier boot that the API server still had are asked about again."""
 
 
 def _metrics_registry(address: str | None) -> CollectorRegistry | None:
@@ -302,18 +304,25 @@ def _probe_actor(
     return lambda: probe.run(stop), interrupt
 
 
-def _clean_stale(store: ClaimStore, api: KubeApi, stop: threading.Event) -> None:
-    """Once the API answers: drop the claims of an earlier boot the API server no longer has;
-    then wait for ``stop`` (an actor that returns would end the group)."""
+def _clean_stale(
+    store: ClaimStore, api: KubeApi, stop: threading.Event, recheck: float = STALE_RECHECK_S
+) -> None:
+    """Once the API answers: drop the claims of an earlier boot that no longer hold their cores,
+    again every ``recheck`` seconds while any remain (a claim the API still had at start may be
+    deleted or deallocated later, and the kubelet never unprepares an earlier boot's claim); then
+    wait for ``stop`` (an actor that returns would end the group)."""
     from ._kube import ApiError
 
     while not stop.is_set() and not api.wait_ready(1.0):
         pass
     while not stop.is_set():
         try:
-            store.clean_stale()
-            break
+            remaining = store.clean_stale()
         except ApiError as exc:
             _log.debug("stale claims not checked yet", extra={"fields": {"error": str(exc)}})
-        stop.wait(STALE_RETRY_S)
+            stop.wait(STALE_RETRY_S)
+            continue
+        if remaining == 0:  # no claim of an earlier boot can appear in this one
+            break
+        stop.wait(recheck)
     stop.wait()
