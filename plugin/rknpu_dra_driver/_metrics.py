@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 PREFIX = "rknpu_dra"
-# Prepare is a few ms (one API read, one fsynced write); the kubelet's deadline is seconds.
+# Prepare is a few ms (one API read, two atomic file writes); the kubelet's deadline is seconds.
 LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 

@@ -3,8 +3,9 @@ per-claim CDI spec and the checkpoint that survives restarts, rebuilt from the s
 
 No state lives between calls outside the checkpoint: each call takes the node's serialize lock
 (every instance of a rolling update shares it), reads the checkpoint, acts and writes it back, so
-a claim prepared by one instance is unprepared by the other. A prepare makes one fsynced write
-(the checkpoint); its CDI spec is written atomically without fsync (see `_checkpoint`)."""
+a claim prepared by one instance is unprepared by the other (a new claim's API read happens
+between two holds of the lock). A prepare writes the CDI spec and the checkpoint atomically,
+neither fsynced (why that is enough: `_checkpoint`)."""
 
 from __future__ import annotations
 
@@ -220,13 +221,19 @@ class ClaimStore:
         if not valid_uid(ref.uid):
             raise ClaimError(f"{ref.describe()}: the uid is not a Kubernetes UID")
         with self._lock.held():
+            known = self._prepared_in_this_boot(ref)
+            if known is not None:
+                return known  # prepared before (a retry, or another pod sharing the claim)
+        # New, or prepared in an earlier boot (its CDI spec went with the tmpfs): prepare it now.
+        # The API read (most of a prepare's time) runs outside the node's lock, so concurrent
+        # prepares and unprepares wait only for each other's file writes, not for the API server.
+        prepared = self._allocated(ref)
+        with self._lock.held():
             entries = self._read()
-            known = entries.get(ref.uid)
-            if known is not None and known.boot_id == self.boot_id:
-                self._ensure_spec(known.claim)
-                return known.claim  # prepared before (a retry, or another pod sharing the claim)
-            # New, or prepared in an earlier boot (its CDI spec went with the tmpfs): prepare it now.
-            prepared = self._allocated(ref)
+            known_entry = entries.get(ref.uid)
+            if known_entry is not None and known_entry.boot_id == self.boot_id:
+                self._ensure_spec(known_entry.claim)
+                return known_entry.claim  # another call prepared it meanwhile
             others = {uid: e.claim for uid, e in entries.items() if uid != ref.uid}
             if self._drop_stale_holders(entries, others, prepared):
                 others = {uid: e.claim for uid, e in entries.items() if uid != ref.uid}
@@ -251,11 +258,20 @@ class ClaimStore:
                     "claim": ref.describe(),
                     "devices": [d.device for d in prepared.devices],
                     "cdi": prepared.cdi_device_id,
-                    **({"earlier_boot": True} if known is not None else {}),
+                    **({"earlier_boot": True} if known_entry is not None else {}),
                 }
             },
         )
         return prepared
+
+    def _prepared_in_this_boot(self, ref: ClaimRef) -> PreparedClaim | None:
+        """The claim's record when this boot prepared it (its spec written again if missing);
+        call with the lock held."""
+        known = self._read().get(ref.uid)
+        if known is None or known.boot_id != self.boot_id:
+            return None
+        self._ensure_spec(known.claim)
+        return known.claim
 
     def _drop_stale_holders(
         self, entries: dict[str, Entry], others: dict[str, PreparedClaim], candidate: PreparedClaim
