@@ -228,7 +228,12 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
         if metrics.registry is not None and settings.metrics_address:
             from rknpu_device_plugin.telemetry import MetricsServer
 
-            metrics_server = MetricsServer(settings.metrics_address, metrics.registry)
+            def ready() -> bool:
+                """/readyz: the kubelet registered us and the first slice is up; a rolling update
+                stops the old pod only then (minReadySeconds in deploy/dra/daemonset.yaml)."""
+                return servers.registration.registered.is_set() and publisher.in_sync.is_set()
+
+            metrics_server = MetricsServer(settings.metrics_address, metrics.registry, ready=ready)
         # Interrupts run in the order added: the sockets go first (the kubelet stops calling, or
         # turns to the other instance), then the health and publishing loops. The slices stay.
         serving = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)

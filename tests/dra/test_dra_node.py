@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -321,6 +322,40 @@ def test_a_health_change_with_metrics_on_freezes_nothing(rig: DriverRig) -> None
         assert changed.wait_for(lambda: set(state.values()) == {health_pb.HEALTHY}, 5)
     assert kubelet.prepare([("default", "c", UID)]).claims[UID].error == ""
     stream.cancel()
+
+
+def _readyz(port: int) -> int:
+    try:
+        status: int = urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status
+        return status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_readyz_answers_200_once_registered_and_published(rig: DriverRig) -> None:
+    """The DaemonSet's readinessProbe: a rolling update stops the old pod only after this 200."""
+    port = _free_port()
+    rig.settings = rig.settings.model_copy(update={"metrics_address": f"127.0.0.1:{port}"})
+    rig.launch()
+    rig.api.wait_slices(_three)  # published (the metrics server was up before the publisher ran)
+    assert _readyz(port) == 503  # the kubelet has not registered the driver yet
+    KubeletStub(rig.settings.registration_dir, DRIVER).register()
+    assert _readyz(port) == 200  # NotifyRegistrationStatus answered after it set the flag
+
+
+def test_readyz_waits_for_the_slice_too(rig: DriverRig) -> None:
+    port = _free_port()
+    rig.settings = rig.settings.model_copy(update={"metrics_address": f"127.0.0.1:{port}"})
+    rig.api.set_down(True)  # no slice can be written
+    kubelet = rig.start()  # registered
+    assert kubelet.plugins and _readyz(port) == 503
+    rig.api.set_down(False)
+    rig.api.wait_slices(_three)
+    # The flag is set in the driver right after the write returns: no event of ours to await.
+    deadline = time.monotonic() + 5
+    while _readyz(port) != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
 
 
 def test_start_to_slice_is_quick(rig: DriverRig) -> None:
