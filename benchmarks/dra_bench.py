@@ -3,8 +3,9 @@
 Prints each target beside its number (docs/dra.md#measurements):
 
 - NodePrepareResources for one claim, p50/p99 over --cycles prepare/unprepare cycles, each a
-  new claim UID (serialize lock, checkpoint read, API server read, CDI spec, checkpoint write: one
-  fsync; the gRPC round trip over the unix socket included). Target p99 <= 20 ms.
+  new claim UID (API server read, then under the serialize lock: checkpoint read, CDI spec and
+  checkpoint writes, neither fsynced; the gRPC round trip over the unix socket included). The
+  lone fsynced write printed beside it is what each prepare paid before. Target p99 <= 20 ms.
 - What the cycles leave behind: CDI specs, checkpoint entries, open fds of the process. Target 0.
 - Health change -> republished slice (render node removed / restored in the fixture tree ->
   the fake API server holds the new slice), median of --rounds. Target <= 1 s.

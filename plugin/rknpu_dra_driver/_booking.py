@@ -20,6 +20,25 @@ def holders(prepared: Mapping[str, PreparedClaim]) -> dict[int, PreparedClaim]:
     return held
 
 
+def conflicting_holders(
+    prepared: Mapping[str, PreparedClaim], candidate: PreparedClaim
+) -> dict[str, PreparedClaim]:
+    """UID -> each prepared claim holding a core ``candidate`` needs exclusively (itself and
+    adminAccess results, on either side, never conflict)."""
+    taken = {
+        core: holder for core, holder in holders(prepared).items() if holder.ref.uid != candidate.ref.uid
+    }
+    found: dict[str, PreparedClaim] = {}
+    for device in candidate.devices:
+        if device.admin:
+            continue
+        for core in device_cores(device.device):
+            holder = taken.get(core)
+            if holder is not None:
+                found.setdefault(holder.ref.uid, holder)
+    return found
+
+
 def conflicts(prepared: Mapping[str, PreparedClaim], candidate: PreparedClaim) -> str | None:
     """The error for ``candidate`` when a core it needs exclusively is held by another prepared
     claim, else None. The same claim again (pods sharing it, a retry) never conflicts, and

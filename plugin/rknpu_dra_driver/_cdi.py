@@ -135,7 +135,7 @@ def claim_from_spec(spec: Mapping[str, object], driver_name: str) -> PreparedCla
 
 
 def write_claim_spec(path: Path, spec: dict[str, object], durable: bool = True) -> None:
-    """``durable`` False: no fsync (the DRA driver's prepare: its checkpoint is the one durable write)."""
+    """``durable`` False: no fsync (the DRA driver's prepare: the CDI folder is a tmpfs)."""
     write_atomic(path, json.dumps(spec, indent=2, sort_keys=True), durable=durable)
 
 

@@ -185,6 +185,26 @@ def our_devices(
     return tuple(ours)
 
 
+def stale_reason(
+    ref: ClaimRef, claim: Mapping[str, object] | None, driver_name: str, pool_name: str
+) -> str | None:
+    """Why a claim prepared here in an earlier boot no longer holds its cores, given the API
+    server's claim of that name (None: there is none), or None while it still does. Such a claim
+    the kubelet never unprepares: it is deleted, re-created under a new uid, or deallocated or
+    reallocated elsewhere (no result of ``driver_name`` in this node's pool any more)."""
+    if claim is None:
+        return "deleted from the API server"
+    if _mapping(claim.get("metadata")).get("uid") != ref.uid:
+        return "deleted and re-created under another uid"
+    allocation = _mapping(_mapping(claim.get("status")).get("allocation"))
+    results = _mapping(allocation.get("devices")).get("results")
+    for result in results if isinstance(results, list) else ():
+        entry = _mapping(result)
+        if entry.get("driver") == driver_name and entry.get("pool") == pool_name:
+            return None
+    return f"no longer allocated a device of {driver_name} on this node"
+
+
 def _mapping(value: object) -> Mapping[str, object]:
     return value if isinstance(value, Mapping) else {}
 

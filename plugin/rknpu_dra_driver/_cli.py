@@ -107,6 +107,8 @@ def start_api_client(api: KubeApi) -> Future[None]:
 
 
 STALE_RETRY_S = 30.0
+STALE_RECHECK_S = 60.0
+"""How often claims of an earlier boot that the API server still had are asked about again."""
 
 
 def _metrics_registry(address: str | None) -> CollectorRegistry | None:
@@ -209,9 +211,10 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
         if api.ready:
             publisher.wake()
         board = HealthBoard(resources, settings.node_name)
-        metrics.watch(lambda: resources.state.health, store.count)
-        board.on_change = lambda health: metrics.collect_health()
-        metrics.collect_health()
+        metrics.watch(store.count)
+        # The board hands the gauges the health it has: a callback reading resources.state under
+        # the ResourceManager's lock would deadlock the health loop and every prepare.
+        board.notify(metrics.collect_health)
         servers = KubeletServers(
             store,
             board,
@@ -225,7 +228,12 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
         if metrics.registry is not None and settings.metrics_address:
             from rknpu_device_plugin.telemetry import MetricsServer
 
-            metrics_server = MetricsServer(settings.metrics_address, metrics.registry)
+            def ready() -> bool:
+                """/readyz: the kubelet registered us and the first slice is up; a rolling update
+                stops the old pod only then (minReadySeconds in deploy/dra/daemonset.yaml)."""
+                return servers.registration.registered.is_set() and publisher.in_sync.is_set()
+
+            metrics_server = MetricsServer(settings.metrics_address, metrics.registry, ready=ready)
         # Interrupts run in the order added: the sockets go first (the kubelet stops calling, or
         # turns to the other instance), then the health and publishing loops. The slices stay.
         serving = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)
@@ -301,18 +309,25 @@ def _probe_actor(
     return lambda: probe.run(stop), interrupt
 
 
-def _clean_stale(store: ClaimStore, api: KubeApi, stop: threading.Event) -> None:
-    """Once the API answers: drop the claims of an earlier boot the API server no longer has;
-    then wait for ``stop`` (an actor that returns would end the group)."""
+def _clean_stale(
+    store: ClaimStore, api: KubeApi, stop: threading.Event, recheck: float = STALE_RECHECK_S
+) -> None:
+    """Once the API answers: drop the claims of an earlier boot that no longer hold their cores,
+    again every ``recheck`` seconds while any remain (a claim the API still had at start may be
+    deleted or deallocated later, and the kubelet never unprepares an earlier boot's claim); then
+    wait for ``stop`` (an actor that returns would end the group)."""
     from ._kube import ApiError
 
     while not stop.is_set() and not api.wait_ready(1.0):
         pass
     while not stop.is_set():
         try:
-            store.clean_stale()
-            break
+            remaining = store.clean_stale()
         except ApiError as exc:
             _log.debug("stale claims not checked yet", extra={"fields": {"error": str(exc)}})
-        stop.wait(STALE_RETRY_S)
+            stop.wait(STALE_RETRY_S)
+            continue
+        if remaining == 0:  # no claim of an earlier boot can appear in this one
+            break
+        stop.wait(recheck)
     stop.wait()

@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 
 from rknpu_device_plugin.devices import FolderWatcher
+from rknpu_device_plugin.kubelet import file_id
 
 from ._claims import ClaimRef, PreparedClaim
 from ._health import CHECK_TIMEOUT_S, HealthBoard
@@ -197,13 +198,6 @@ def _answers(path: Path) -> bool:
     return True
 
 
-def _inode(path: Path) -> int | None:
-    try:
-        return os.stat(path).st_ino
-    except OSError:
-        return None
-
-
 class KubeletServers:
     """Both servers: the DRA socket is served before the registration socket appears, so the
     kubelet, which dials the endpoint as soon as it sees the registration socket, finds it ready.
@@ -236,7 +230,7 @@ class KubeletServers:
         health_v1_grpc.add_DRAResourceHealthServicer_to_server(HealthV1Service(board), self._dra)
         health_v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(HealthV1alpha1Service(board), self._dra)
         self._reg: grpc.Server | None = None
-        self._reg_inode: int | None = None
+        self._reg_id: tuple[int, int] | None = None  # (inode, ctime): a reused inode is a new file
         self._reg_lock = threading.Lock()
         self._stopping = threading.Event()
         self._watcher: FolderWatcher | None = None
@@ -263,7 +257,7 @@ class KubeletServers:
                                 "removed a dead instance's socket", extra={"fields": {"socket": str(path)}}
                             )
 
-    def _serve(self, server: grpc.Server, path: Path) -> int | None:
+    def _serve(self, server: grpc.Server, path: Path) -> tuple[int, int] | None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -271,7 +265,7 @@ class KubeletServers:
         server.start()
         os.chmod(path, 0o600)
         _log.info("serving", extra={"fields": {"socket": str(path)}})
-        return _inode(path)
+        return file_id(path)
 
     def _serve_registration(self) -> None:
         server = grpc.server(ThreadPoolExecutor(2, thread_name_prefix="registration"))
@@ -282,7 +276,7 @@ class KubeletServers:
             old, self._reg = self._reg, server
             if old is not None:
                 old.stop(0)
-            self._reg_inode = self._serve(server, self.registration_socket)
+            self._reg_id = self._serve(server, self.registration_socket)
             self.registrations += 1
 
     def start(self) -> None:
@@ -303,9 +297,7 @@ class KubeletServers:
                 if stop.is_set() or self._stopping.is_set():
                     break
                 with self._reg_lock:
-                    intact = (
-                        self._reg_inode is not None and _inode(self.registration_socket) == self._reg_inode
-                    )
+                    intact = self._reg_id is not None and file_id(self.registration_socket) == self._reg_id
                 if not intact:
                     _log.warning(
                         "the registration socket was removed; serving it again",
@@ -329,7 +321,7 @@ class KubeletServers:
         if self._watcher is not None:
             self._watcher.wake()
         with self._reg_lock:
-            reg, self._reg, self._reg_inode = self._reg, None, None
+            reg, self._reg, self._reg_id = self._reg, None, None
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.registration_socket)
         if reg is not None:

@@ -1,7 +1,9 @@
 """Device health for the kubelet (KEP-4680 DRAResourceHealth): the ResourceManager's per-core
 health, the functional probe's verdict included, as (pool, device, health, time, message) records
-for every device name a slice layout may offer (a core set is healthy when all its cores are),
-fanned out to every NodeWatchResources stream the moment it changes and re-sent periodically."""
+(the message names the scan's or the probe's reason) for every device name a slice layout may
+offer (a core set is healthy when all its cores are), fanned out to every NodeWatchResources
+stream the moment it changes and re-sent periodically. A new reason for a core that stays
+unhealthy keeps the first message (records change with health only)."""
 
 from __future__ import annotations
 
@@ -32,16 +34,23 @@ class DeviceHealth:
     message: str
 
 
-def _message(cores: frozenset[int], healthy: bool, bad: frozenset[int]) -> str:
+def _message(cores: frozenset[int], healthy: bool, bad: frozenset[int], reasons: Mapping[int, str]) -> str:
     named = ", ".join(str(core) for core in sorted(cores))
     what = f"NPU core{'s' if len(cores) > 1 else ''} {named}"
     if healthy:
         return f"{what}: healthy (device nodes present, probe passed when enabled)"
-    failing = ", ".join(str(core) for core in sorted(cores & bad))
-    return (
-        f"{what}: core {failing} not usable (a device node missing, the driver not loaded or the "
-        "functional probe failed; the rknpu-dra-driver log says which)"
-    )
+    failing = sorted(cores & bad)
+    # The ResourceManager's reason per core (the scan's or the probe's), so `kubectl describe pod`
+    # says what broke; one line per distinct reason, the cores it covers named.
+    by_reason: dict[str, list[int]] = {}
+    for core in failing:
+        by_reason.setdefault(reasons.get(core, ""), []).append(core)
+    parts = [
+        f"core {', '.join(str(c) for c in named_cores)} "
+        + (f"not usable: {why}" if why else "not usable (the rknpu-dra-driver log says why)")
+        for why, named_cores in by_reason.items()
+    ]
+    return f"{what}: {'; '.join(parts)}"
 
 
 class HealthBoard:
@@ -55,9 +64,10 @@ class HealthBoard:
         self._streams: set[queue.SimpleQueue[list[DeviceHealth] | None]] = set()
         self._closed = False
         self._health: dict[str, bool] = {}
+        self._reasons: Mapping[int, str] = {}
         self._sets: tuple[frozenset[int], ...] | None = None
         self._learn_sets()
-        self.on_change: Callable[[Mapping[str, bool]], None] = lambda health: None
+        self._on_change: Callable[[Mapping[str, bool]], None] = lambda health: None
         self._sink = resources.subscribe(self)
 
     def _learn_sets(self) -> None:
@@ -88,7 +98,9 @@ class HealthBoard:
             if old is not None and old.healthy == healthy:
                 wanted[name] = old
             else:
-                wanted[name] = DeviceHealth(self._pool, name, healthy, now, _message(cores, healthy, bad))
+                wanted[name] = DeviceHealth(
+                    self._pool, name, healthy, now, _message(cores, healthy, bad, self._reasons)
+                )
         changed = wanted != self._devices
         self._devices = wanted
         return changed
@@ -100,13 +112,22 @@ class HealthBoard:
         now = int(time.time())
         with self._lock:
             self._health = dict(item.health)
+            self._reasons = dict(item.reasons)
             changed = self._records_locked(now)
             records = list(self._devices.values())
             streams = list(self._streams) if changed else []
+            if changed:  # under our lock: `notify` hands over the state before or after, in order
+                self._on_change(dict(item.health))
         for stream in streams:
             stream.put(records)
-        if changed:
-            self.on_change(dict(item.health))
+
+    def notify(self, callback: Callable[[Mapping[str, bool]], None]) -> None:
+        """Call ``callback`` with the per-core health now and on every change. It runs under the
+        ResourceManager's lock (`put` is its sink, the lock is not re-entrant): it must not
+        block, nor call the ResourceManager (it gets the health it needs)."""
+        with self._lock:
+            self._on_change = callback
+            callback(dict(self._health))
 
     def current(self) -> list[DeviceHealth]:
         with self._lock:

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 PREFIX = "rknpu_dra"
-# Prepare is a few ms (one API read, one fsynced write); the kubelet's deadline is seconds.
+# Prepare is a few ms (one API read, two atomic file writes); the kubelet's deadline is seconds.
 LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -41,7 +41,6 @@ class DraMetrics:
 
     def __init__(self, registry: CollectorRegistry | None) -> None:
         self.registry = registry
-        self._health: Callable[[], Mapping[str, bool]] = dict
         self._claims: Callable[[], int] = lambda: 0
         if registry is None:
             return
@@ -76,14 +75,16 @@ class DraMetrics:
             registry=registry,
         )
 
-    def watch(self, health: Callable[[], Mapping[str, bool]], claims: Callable[[], int]) -> None:
-        """Where the gauges read from at scrape time."""
-        self._health, self._claims = health, claims
+    def watch(self, claims: Callable[[], int]) -> None:
+        """Where the prepared-claims gauge reads from at scrape time."""
+        self._claims = claims
 
-    def collect_health(self) -> None:
+    def collect_health(self, health: Mapping[str, bool]) -> None:
+        """Set the per-core gauges from ``health``, the state being published. Called from the
+        ResourceManager's sink, under its lock (not re-entrant): it must never read the manager."""
         if self.registry is None:
             return
-        for device, healthy in self._health().items():
+        for device, healthy in health.items():
             self._core_health.labels(device).set(1.0 if healthy else 0.0)
 
     def request(self, operation: str, seconds: float, error: str) -> None:

@@ -98,6 +98,9 @@ class SlicePublisher:
         """How many slice writes succeeded (tests and the benchmark await it)."""
         self.repairs = 0
         self.published = threading.Condition()
+        self.in_sync = threading.Event()
+        """Set once the API server held our slices (written by us, or already matching: a new pod
+        of a rolling update finds its predecessor's); the readiness endpoint waits for it."""
 
     # --- loops ----------------------------------------------------------------------------------
 
@@ -241,6 +244,7 @@ class SlicePublisher:
         names = {w["metadata"]["name"] for w in wanted}
         stale = [name for name in existing if name not in names]
         if not stale and all(self._matches(existing.get(w["metadata"]["name"]), w) for w in wanted):
+            self.in_sync.set()
             return False
         # Something differs: write the whole pool at a new generation (a consumer then never mixes
         # slices of two generations).
@@ -281,6 +285,7 @@ class SlicePublisher:
             },
         )
         self._metrics.slice_published(repaired=bool(repaired))
+        self.in_sync.set()
         with self.published:
             self.publishes += 1
             if repaired:

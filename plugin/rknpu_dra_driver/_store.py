@@ -3,8 +3,9 @@ per-claim CDI spec and the checkpoint that survives restarts, rebuilt from the s
 
 No state lives between calls outside the checkpoint: each call takes the node's serialize lock
 (every instance of a rolling update shares it), reads the checkpoint, acts and writes it back, so
-a claim prepared by one instance is unprepared by the other. A prepare makes one fsynced write
-(the checkpoint); its CDI spec is written atomically without fsync (see `_checkpoint`)."""
+a claim prepared by one instance is unprepared by the other (a new claim's API read happens
+between two holds of the lock). A prepare writes the CDI spec and the checkpoint atomically,
+neither fsynced (why that is enough: `_checkpoint`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from rknpu_device_plugin.devices import ResourceManager
 
-from ._booking import conflicts
+from ._booking import conflicting_holders, conflicts
 from ._cdi import (
     cdi_device_id,
     claim_spec,
@@ -27,7 +28,7 @@ from ._cdi import (
     write_claim_spec,
 )
 from ._checkpoint import CHECKPOINT_NAME, CheckpointError, Entry, decode_bytes, load, save
-from ._claims import ClaimError, ClaimRef, PreparedClaim, our_devices
+from ._claims import ClaimError, ClaimRef, PreparedClaim, our_devices, stale_reason
 from ._instance import SerializeLock
 from ._kube import ApiError, KubeApi
 from ._log import get_logger
@@ -147,27 +148,46 @@ class ClaimStore:
         )
 
     def clean_stale(self) -> int:
-        """Drop claims of an earlier boot that the API server no longer has (the kubelet will
-        never unprepare those); how many went. Raises ApiError (the caller retries later)."""
+        """Drop the claims of an earlier boot that no longer hold their cores on the API server
+        (`stale_reason`: the kubelet will never unprepare those); how many of an earlier boot
+        remain. Raises ApiError (the caller retries later)."""
         with self._lock.held():
             entries = self._read()
         earlier = [entry.claim for entry in entries.values() if entry.boot_id != self.boot_id]
-        gone = []
+        remaining = len(earlier)
         for claim in earlier:
-            found = self._api.get_claim(claim.ref.namespace, claim.ref.name)
-            if found is None or ((found.get("metadata") or {}).get("uid")) != claim.ref.uid:
-                gone.append(claim.ref)
-        for ref in gone:
+            reason = self._stale_on_api(claim)  # the API read outside the lock: prepares go on
+            if reason is None:
+                continue
             with self._lock.held():
                 entries = self._read()
-                entry = entries.get(ref.uid)
-                if entry is None or entry.boot_id == self.boot_id:
-                    continue  # unprepared, or prepared again in this boot, meanwhile
-                del entries[ref.uid]
-                remove_claim_spec(spec_path(self.cdi_dir, self.driver_name, ref.uid))
-                self._save(entries)
-            _log.info("stale claim of an earlier boot removed", extra={"fields": {"claim": ref.describe()}})
-        return len(gone)
+                if self._drop_earlier(entries, claim.ref.uid, reason):
+                    self._save(entries)
+            remaining -= 1
+        return remaining
+
+    def _stale_on_api(self, claim: PreparedClaim) -> str | None:
+        """`stale_reason` for ``claim`` from the API server's copy. Raises ApiError."""
+        try:
+            found = self._api.get_claim(claim.ref.namespace, claim.ref.name)
+        except ApiError:
+            self._metrics.api_error("get_claim")
+            raise
+        return stale_reason(claim.ref, found, self.driver_name, self.node_name)
+
+    def _drop_earlier(self, entries: dict[str, Entry], uid: str, reason: str) -> bool:
+        """Remove an earlier boot's entry and its spec from ``entries`` (the caller holds the lock
+        and saves); False when it was unprepared, or prepared again in this boot, meanwhile."""
+        entry = entries.get(uid)
+        if entry is None or entry.boot_id == self.boot_id:
+            return False
+        del entries[uid]
+        remove_claim_spec(spec_path(self.cdi_dir, self.driver_name, uid))
+        _log.info(
+            "stale claim of an earlier boot removed",
+            extra={"fields": {"claim": entry.claim.ref.describe(), "reason": reason}},
+        )
+        return True
 
     def _remove_torn_writes(self) -> None:
         """The temporary files of writes a kill interrupted (`write_atomic` names them
@@ -201,14 +221,22 @@ class ClaimStore:
         if not valid_uid(ref.uid):
             raise ClaimError(f"{ref.describe()}: the uid is not a Kubernetes UID")
         with self._lock.held():
+            known = self._prepared_in_this_boot(ref)
+            if known is not None:
+                return known  # prepared before (a retry, or another pod sharing the claim)
+        # New, or prepared in an earlier boot (its CDI spec went with the tmpfs): prepare it now.
+        # The API read (most of a prepare's time) runs outside the node's lock, so concurrent
+        # prepares and unprepares wait only for each other's file writes, not for the API server.
+        prepared = self._allocated(ref)
+        with self._lock.held():
             entries = self._read()
-            known = entries.get(ref.uid)
-            if known is not None and known.boot_id == self.boot_id:
-                self._ensure_spec(known.claim)
-                return known.claim  # prepared before (a retry, or another pod sharing the claim)
-            # New, or prepared in an earlier boot (its CDI spec went with the tmpfs): prepare it now.
-            prepared = self._allocated(ref)
+            known_entry = entries.get(ref.uid)
+            if known_entry is not None and known_entry.boot_id == self.boot_id:
+                self._ensure_spec(known_entry.claim)
+                return known_entry.claim  # another call prepared it meanwhile
             others = {uid: e.claim for uid, e in entries.items() if uid != ref.uid}
+            if self._drop_stale_holders(entries, others, prepared):
+                others = {uid: e.claim for uid, e in entries.items() if uid != ref.uid}
             refusal = conflicts(others, prepared)
             if refusal:
                 raise ClaimError(refusal)
@@ -230,11 +258,46 @@ class ClaimStore:
                     "claim": ref.describe(),
                     "devices": [d.device for d in prepared.devices],
                     "cdi": prepared.cdi_device_id,
-                    **({"earlier_boot": True} if known is not None else {}),
+                    **({"earlier_boot": True} if known_entry is not None else {}),
                 }
             },
         )
         return prepared
+
+    def _prepared_in_this_boot(self, ref: ClaimRef) -> PreparedClaim | None:
+        """The claim's record when this boot prepared it (its spec written again if missing);
+        call with the lock held."""
+        known = self._read().get(ref.uid)
+        if known is None or known.boot_id != self.boot_id:
+            return None
+        self._ensure_spec(known.claim)
+        return known.claim
+
+    def _drop_stale_holders(
+        self, entries: dict[str, Entry], others: dict[str, PreparedClaim], candidate: PreparedClaim
+    ) -> bool:
+        """Before refusing ``candidate`` for a core an earlier boot's claim holds: ask the API
+        server about that holder (the periodic clean-up may not have come round yet) and drop it
+        when stale, saving the checkpoint. A holder of this boot is never asked: the kubelet
+        unprepares it. An API error keeps the holder (refusing is the safe answer; the kubelet
+        retries). True if any holder went. Called with the lock held (rare: a conflict)."""
+        dropped = False
+        for uid, holder in conflicting_holders(others, candidate).items():
+            if entries[uid].boot_id == self.boot_id:
+                continue
+            try:
+                reason = self._stale_on_api(holder)
+            except ApiError as exc:
+                _log.warning(
+                    "cannot check a holder of an earlier boot; refusing",
+                    extra={"fields": {"claim": holder.ref.describe(), "error": str(exc)}},
+                )
+                continue
+            if reason is not None and self._drop_earlier(entries, uid, reason):
+                dropped = True
+        if dropped:
+            self._save(entries)
+        return dropped
 
     def _allocated(self, ref: ClaimRef) -> PreparedClaim:
         """The claim's devices of ours from the API server, checked against what we offer."""

@@ -40,15 +40,19 @@ class DriverRig:
         return self.settings.host_root
 
     def start(self) -> KubeletStub:
+        self.launch()
+        kubelet = KubeletStub(self.settings.registration_dir, DRIVER)
+        kubelet.register()
+        return kubelet
+
+    def launch(self) -> None:
+        """Start the driver without registering it (`start` registers it too)."""
         self.stop = StopEvent()
         self.result = []
         self.thread = threading.Thread(
             target=lambda: self.result.append(run(self.settings, self.stop)), daemon=True
         )
         self.thread.start()
-        kubelet = KubeletStub(self.settings.registration_dir, DRIVER)
-        kubelet.register()
-        return kubelet
 
     def end(self) -> None:
         self.stop.set()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -292,6 +293,69 @@ def test_metrics_are_served(rig: DriverRig) -> None:
         "rknpu_dra_slice_publishes_total 1.0",
     ):
         assert line in page, line
+
+
+def test_a_health_change_with_metrics_on_freezes_nothing(rig: DriverRig) -> None:
+    """The health gauge used to re-read the ResourceManager's state from inside its own (not
+    re-entrant) lock: the first health change with --metrics-address froze health and prepare."""
+    port = _free_port()
+    rig.settings = rig.settings.model_copy(update={"metrics_address": f"127.0.0.1:{port}"})
+    kubelet = rig.start()
+    rig.api.wait_slices(_three)
+    stream, changed, state = _health(kubelet)
+    with changed:
+        assert changed.wait_for(lambda: len(state) > 3 and set(state.values()) == {health_pb.HEALTHY}, 10)
+    render = rig.host_root / "dev/dri/renderD129"
+    render.rename(render.with_suffix(".gone"))
+    with changed:
+        assert changed.wait_for(lambda: set(state.values()) == {health_pb.UNHEALTHY}, 5)
+    # The ResourceManager answers again: a prepare gets its (refusing: no usable NPU) answer fast.
+    rig.api.add_claim("default", "c", UID, results("npu-core-0"))
+    began = time.monotonic()
+    answer = kubelet.prepare([("default", "c", UID)])
+    took = time.monotonic() - began
+    assert answer.claims[UID].error and took < 1.0, (answer, took)
+    page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'rknpu_dra_device_healthy{device="npu-core-0"} 0.0' in page
+    render.with_suffix(".gone").rename(render)
+    with changed:
+        assert changed.wait_for(lambda: set(state.values()) == {health_pb.HEALTHY}, 5)
+    assert kubelet.prepare([("default", "c", UID)]).claims[UID].error == ""
+    stream.cancel()
+
+
+def _readyz(port: int) -> int:
+    try:
+        status: int = urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status
+        return status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_readyz_answers_200_once_registered_and_published(rig: DriverRig) -> None:
+    """The DaemonSet's readinessProbe: a rolling update stops the old pod only after this 200."""
+    port = _free_port()
+    rig.settings = rig.settings.model_copy(update={"metrics_address": f"127.0.0.1:{port}"})
+    rig.launch()
+    rig.api.wait_slices(_three)  # published (the metrics server was up before the publisher ran)
+    assert _readyz(port) == 503  # the kubelet has not registered the driver yet
+    KubeletStub(rig.settings.registration_dir, DRIVER).register()
+    assert _readyz(port) == 200  # NotifyRegistrationStatus answered after it set the flag
+
+
+def test_readyz_waits_for_the_slice_too(rig: DriverRig) -> None:
+    port = _free_port()
+    rig.settings = rig.settings.model_copy(update={"metrics_address": f"127.0.0.1:{port}"})
+    rig.api.set_down(True)  # no slice can be written
+    kubelet = rig.start()  # registered
+    assert kubelet.plugins and _readyz(port) == 503
+    rig.api.set_down(False)
+    rig.api.wait_slices(_three)
+    # The flag is set in the driver right after the write returns: no event of ours to await.
+    deadline = time.monotonic() + 5
+    while _readyz(port) != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
 
 
 def test_start_to_slice_is_quick(rig: DriverRig) -> None:

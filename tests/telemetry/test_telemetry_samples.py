@@ -44,6 +44,24 @@ def exported_names() -> set[str]:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Everything())  # type: ignore[arg-type]
     text = textfile_text(registry)
+    names = {sample.name for family in text_string_to_metric_families(text) for sample in family.samples}
+    return names | dra_names()
+
+
+def dra_names() -> set[str]:
+    """Every sample name the DRA driver's page can carry (each metric touched once)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from rknpu_dra_driver._metrics import DraMetrics
+
+    metrics = DraMetrics(CollectorRegistry(auto_describe=False))
+    metrics.request("prepare", 0.01, "")
+    metrics.request("prepare", 0.01, "does not exist")
+    metrics.slice_published(repaired=True)
+    metrics.api_error("get_claim")
+    metrics.collect_health({"npu-core-0": True})
+    assert metrics.registry is not None
+    text = generate_latest(metrics.registry).decode()
     return {sample.name for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
@@ -65,7 +83,7 @@ def test_rules_query_our_metrics() -> None:
     recorded = set(re.findall(r"record:\s*(\S+)", text))
     used = {name for expr in exprs for name in METRIC.findall(expr)}
     assert exprs and used
-    assert "rknpu_core_probe_success" in used
+    assert "rknpu_core_probe_success" in used and "rknpu_dra_device_healthy" in used
     assert used <= exported_names(), used - exported_names()
     for expr in exprs:
         for name in re.findall(r"\brknpu:[a-z_:]+\b", expr):

@@ -12,7 +12,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from rknnlaunch import DiscoveryError
@@ -37,6 +37,9 @@ class DeviceState:
 
     ids: tuple[str, ...]
     health: Mapping[str, bool]
+    reasons: Mapping[int, str] = field(default_factory=dict, compare=False)
+    """Core -> why it is not usable (a missing node, a failed or pending probe), for messages;
+    not compared: a new reason alone publishes nothing."""
 
     def devices(self) -> list[tuple[str, bool]]:
         return [(device_id, self.health[device_id]) for device_id in self.ids]
@@ -214,7 +217,15 @@ class ResourceManager:
         ids = device_ids(current.core_count, self._mode, self._replicas) if current is not None else ()
         unproven = self._probe_failures.keys() | self._probe_pending
         health = device_health(ids, self._device_error is None, unproven)
-        state = DeviceState(ids, health)
+        reasons: dict[int, str] = {}
+        for core in range(current.core_count if current is not None else 0):
+            if self._device_error is not None:
+                reasons[core] = self._device_error
+            elif core in self._probe_failures:
+                reasons[core] = f"failed its probe: {self._probe_failures[core]}"
+            elif core in self._probe_pending:
+                reasons[core] = "waits for its first probe"
+        state = DeviceState(ids, health, reasons)
         if state == self._state:
             return False, state
         self._state = state

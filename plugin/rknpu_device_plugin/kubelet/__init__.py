@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 from rknnlaunch import lazy_attributes
 
 if TYPE_CHECKING:
-    from ._lifecycle import Endpoint, Supervisor
+    from ._lifecycle import Endpoint, Supervisor, file_id
     from ._service import DevicePluginService
 
 # What other layers may use, by defining module; imported on first use (PEP 562), so importing
@@ -14,6 +14,7 @@ _LAZY = {
     "DevicePluginService": "._service",
     "Endpoint": "._lifecycle",
     "Supervisor": "._lifecycle",
+    "file_id": "._lifecycle",
 }
 
 
@@ -24,4 +25,5 @@ __all__ = [
     "DevicePluginService",
     "Endpoint",
     "Supervisor",
+    "file_id",
 ]

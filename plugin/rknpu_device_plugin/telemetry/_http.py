@@ -184,7 +184,7 @@ class _MetricsHTTPServer6(_MetricsHTTPServer):
     address_family = socket.AF_INET6
 
 
-def _wsgi_app(registry: CollectorRegistry) -> Callable[..., Any]:
+def _wsgi_app(registry: CollectorRegistry, ready: Callable[[], bool] | None = None) -> Callable[..., Any]:
     metrics_app = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
@@ -192,6 +192,13 @@ def _wsgi_app(registry: CollectorRegistry) -> Callable[..., Any]:
         if path == "/healthz":
             start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
             return [b"ok\n"]
+        if path == "/readyz" and ready is not None:
+            # A readinessProbe: a rolling update waits for the new pod's 200 before it stops the old.
+            if ready():
+                start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
+                return [b"ready\n"]
+            start_response("503 Service Unavailable", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"not ready\n"]
         if path in ("/", "/metrics"):
             return metrics_app(environ, start_response)
         start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
@@ -204,8 +211,14 @@ class MetricsServer:
     """A running metrics endpoint. Calling it (or `stop`) shuts it down; `port` is the bound port."""
 
     def __init__(
-        self, address: str, registry: CollectorRegistry, on_stop: Sequence[Callable[[], None]] = ()
+        self,
+        address: str,
+        registry: CollectorRegistry,
+        on_stop: Sequence[Callable[[], None]] = (),
+        ready: Callable[[], bool] | None = None,
     ) -> None:
+        """``ready``: when given, ``/readyz`` answers 200 while it returns True, else 503 (it is
+        called on the serving thread for every probe: it must be quick and never block)."""
         host, port = parse_address(address)
         server_class = _MetricsHTTPServer6 if ":" in host else _MetricsHTTPServer
         try:
@@ -215,7 +228,7 @@ class MetricsServer:
                 f"cannot serve metrics on {address!r}: {exc.strerror or exc}",
                 "pick a free port (or another address) for the metrics endpoint",
             ) from exc
-        self._httpd.set_app(_wsgi_app(registry))
+        self._httpd.set_app(_wsgi_app(registry, ready))
         self.registry = registry
         self.host = host
         self.port = int(self._httpd.server_address[1])
