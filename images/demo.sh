@@ -6,8 +6,9 @@
 # with the mask and the per-core FPS it measured.
 #
 # usage: images/demo.sh [--processes | --containers | --dra [--sample FILE]]
-#   (default)      containers when podman works as root and the images exist or can be built
-#                  (buildah), else plain processes; the line before the trial says which and why
+#   (default)      containers when podman works as root and the images are already built, else
+#                  plain processes (never a 15-30 min build unasked); the line before the trial
+#                  says which and why
 #   --processes    plain processes on this machine: the bench goes through tests/kit/rknnlite_sim
 #                  (rknn-toolkit-lite2's Python surface over ctypes) to the x86_64 simulated librknnrt
 #   --containers   the plugin and the workload in the arm64 images under emulation, the workload
@@ -80,6 +81,10 @@ elif [ ! -x /usr/sbin/runc ]; then
 elif { ! podman image exists "rknnlaunch-runtime:$version" || ! podman image exists "rknpu-device-plugin:$version"; } \
   && ! command -v buildah >/dev/null; then
   why="podman works, but the images rknnlaunch-runtime:$version and rknpu-device-plugin:$version are missing and buildah, which builds them, is not installed (apt-get install buildah)"
+elif [ "$mode" = auto ] && { ! podman image exists "rknnlaunch-runtime:$version" || ! podman image exists "rknpu-device-plugin:$version"; }; then
+  # A first try should take seconds: building the arm64 images takes 15-30 min, so only
+  # --containers, asked for, builds them.
+  why="the images rknnlaunch-runtime:$version and rknpu-device-plugin:$version are not built yet; images/demo.sh --containers builds them (15-30 min the first time) and runs there"
 fi
 if [ -n "$why" ]; then
   if [ "$mode" = containers ]; then

@@ -55,3 +55,31 @@ def test_help_shows_the_variants() -> None:
     assert done.returncode == 0 and all(
         flag in done.stdout for flag in ("--processes", "--containers", "--dra")
     )
+
+
+def _tool(bin_dir: Path, name: str, body: str) -> None:
+    (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+    (bin_dir / name).chmod(0o755)
+
+
+def test_the_default_never_starts_the_image_build_unasked(tmp_path: Path) -> None:
+    """As root with podman, runc and buildah but no images, the default runs plain processes and
+    names --containers for the images (a first try takes seconds, not a 15-30 min build)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    _tool(bin_dir, "id", "echo 0")  # root, as far as the script can tell
+    # podman works, but no image exists yet
+    _tool(bin_dir, "podman", f'echo "podman $*" >>{log}; [ "$1" = version ] && exit 0; exit 1')
+    _tool(bin_dir, "buildah", f'echo "buildah $*" >>{log}; exit 0')
+    # the Python imports everything; what it is asked to run is recorded
+    _tool(bin_dir, "python", f'[ "$1" = -c ] && exit 0; echo "python $*" >>{log}; exit 0')
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHON": str(bin_dir / "python")}
+    done = subprocess.run(["bash", str(DEMO)], capture_output=True, text=True, timeout=60, env=env)
+    calls = log.read_text()
+    assert done.returncode == 0, done.stderr
+    assert "plain processes" in done.stderr, done.stderr
+    if Path("/usr/sbin/runc").exists():  # else the reason is the missing runc, also processes
+        assert "--containers builds them" in done.stderr, done.stderr
+    assert "python tests/system/assembled.py --processes" in calls
+    assert "buildah" not in calls and "build.sh" not in done.stderr
