@@ -3,11 +3,12 @@ watches the driver's own slices and repairs any that someone else deleted or edi
 the true state after an API outage, and leaves the slices in place on a clean stop (the next
 instance, or the kubelet's wipe after an uninstall, takes over).
 
-Layout "auto" never stores overlapping devices without their counters: until the API server has
-shown it keeps the partitionable fields, each write is first made with ``dryRun=All`` and read
-(a server without DRAPartitionableDevices drops them silently, and the scheduler would
-double-book cores until the next write); a server of unknown version gets the per-core layout.
-A server without resource.k8s.io/v1 (Kubernetes < 1.34) stops the driver with one error line."""
+Overlapping devices are never stored without their counters: until the API server has shown it
+keeps the partitionable fields, each write is first made with ``dryRun=All`` and read (a server
+without DRAPartitionableDevices drops them silently, and the scheduler would double-book cores
+until the next write). Layout "auto" then falls back to one device per core (as it does on a
+server of unknown version); an explicit ``--slice-layout partitionable`` stores nothing and stops
+the driver with one error line, as does a server without resource.k8s.io/v1 (Kubernetes < 1.34)."""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ class SlicePublisher:
         self._server_minor = server_minor
         self._minor_known = server_minor is not None
         self._confirmed = False
-        """Layout "auto": a dry run showed the server keeps the partitionable fields."""
+        """A dry run showed the server keeps the partitionable fields."""
         self.dry_runs = 0
         self._metrics = metrics if metrics is not None else DraMetrics(None)
         self.taint_key = f"{driver_name}/unhealthy"
@@ -266,7 +267,7 @@ class SlicePublisher:
                 kept = self._api.replace_slice(name, body)
             self._ours.append(str((kept.get("metadata") or {}).get("resourceVersion")))
             self._kept[name] = (_comparable(body), _comparable(kept))
-            if self._auto and self._dropped(body, kept):
+            if self._dropped(body, kept):
                 return True
             if self._taints_dropped(body, kept):
                 return True
@@ -297,15 +298,17 @@ class SlicePublisher:
         return name in self._kept
 
     def _unconfirmed(self, wanted: list[dict[str, Any]]) -> bool:
-        """Layout "auto" about to offer partitionable devices the server has not yet been seen to keep."""
-        if not self._auto or self._layout == "per-core" or self._confirmed:
+        """About to offer partitionable devices the server has not yet been seen to keep (layout
+        "auto" or an explicit "partitionable": either must never store them without counters)."""
+        if self._layout == "per-core" or self._confirmed:
             return False
         return any(fields_dropped(body, {}) for body in wanted)  # {} "drops" whatever body carries
 
     def _dry_run_drops(self, wanted: list[dict[str, Any]], existing: Mapping[str, dict[str, Any]]) -> bool:
         """Create/replace every slice with ``dryRun=All`` and read the answers: True (and per-core
         from now on) when the server would drop the partitionable fields; else they are confirmed.
-        Nothing is stored, so the overlapping devices never exist without their counters."""
+        Nothing is stored, so the overlapping devices never exist without their counters. The
+        explicit layout "partitionable" has no fallback: the driver stops (`_gate_off`)."""
         for body in wanted:
             name = body["metadata"]["name"]
             current = existing.get(name)
@@ -316,16 +319,29 @@ class SlicePublisher:
                 trial["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
                 kept = self._api.replace_slice(name, trial, dry_run=True)
             self.dry_runs += 1
-            if self._dropped(body, kept, wake=False):
+            if self._dropped(body, kept, dry_run=True):
                 return True
         self._confirmed = True
         _log.debug("the API server keeps the partitionable-device fields (dry run)")
         return False
 
-    def _dropped(self, sent: dict[str, Any], kept: dict[str, Any], *, wake: bool = True) -> bool:
-        """Layout "auto": the server dropped the partitionable fields -> per-core for good."""
+    def _dropped(self, sent: dict[str, Any], kept: dict[str, Any], *, dry_run: bool = False) -> bool:
+        """The server dropped the partitionable fields: layout "auto" -> per-core for good; the
+        explicit "partitionable" (the user's choice, no fallback) -> the driver stops."""
         if self._layout == "per-core" or not fields_dropped(sent, kept):
             return False
+        if not self._auto:
+            self._metrics.api_error("publish")
+            if not dry_run:
+                # Stored (the server changed since the dry run): take the uncountered devices away.
+                try:
+                    self._api.delete_slice(sent["metadata"]["name"])
+                except ApiError as exc:
+                    _log.warning(
+                        "cannot delete the slice stored without its counters",
+                        extra={"fields": {"slice": sent["metadata"]["name"], "error": str(exc)}},
+                    )
+            raise _gate_off()
         _log.warning(
             "the API server dropped the partitionable-device fields (feature gate "
             "DRAPartitionableDevices off?); publishing one device per core from now on",
@@ -333,7 +349,7 @@ class SlicePublisher:
         )
         self._layout = "per-core"
         self._kept.clear()
-        if wake:
+        if not dry_run:
             self._wake.set()  # republish in the new layout at once
         return True
 
@@ -365,6 +381,18 @@ class SlicePublisher:
             _log.warning("cannot delete the ResourceSlices on stop", extra={"fields": {"error": str(exc)}})
             return
         _log.info("ResourceSlices deleted")
+
+
+def _gate_off() -> RknnLaunchError:
+    """The explicit layout "partitionable" on a server that drops its fields: retrying cannot help,
+    and the overlapping devices without counters would let the scheduler double-book cores."""
+    return RknnLaunchError(
+        "--slice-layout partitionable: the API server drops the partitionable-device fields "
+        "(sharedCounters, consumesCounters): the DRAPartitionableDevices feature gate is off on this "
+        "API server; nothing was published",
+        "enable the gate on kube-apiserver (--feature-gates=DRAPartitionableDevices=true), "
+        "or use --slice-layout auto (one device per core there) or --slice-layout per-core",
+    )
 
 
 def _too_old(minor: int | None) -> RknnLaunchError:

@@ -96,7 +96,8 @@ class DraSettings(BaseSettings):
     slice_layout: SliceLayoutSetting = Field(
         "auto",
         description="how the ResourceSlice offers the cores: partitionable (one device per one-context "
-        "core set, with per-core counters; needs DRAPartitionableDevices), per-core, or auto "
+        "core set, with per-core counters; needs DRAPartitionableDevices, else the driver stops), "
+        "per-core, or auto "
         "(partitionable, and per-core for good once the API server drops the counters)",
     )
     api_timeout: float = Field(

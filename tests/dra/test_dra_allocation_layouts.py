@@ -1,11 +1,14 @@
 """The driver's default slice layout ("auto") against API servers that keep the partitionable
 fields (1.34 style, 1.35+ style) and one that drops them (DRAPartitionableDevices off, the default
-on 1.34/1.35): what the API server stores is then allocated by the scheduler rig."""
+on 1.34/1.35): what the API server stores is then allocated by the scheduler rig. Also the
+explicit "partitionable" layout on a server dropping the fields (the driver stops, storing
+nothing)."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,13 +20,15 @@ from fakeapi import FakeApiServer
 from test_dra_allocation import classes, mask, sample_claims
 
 from fakehost import make_host
+from rknnlaunch import RknnLaunchError
 from rknpu_device_plugin.devices import device_cores
+from rknpu_dra_driver._cli import run
 from rknpu_dra_driver._settings import DraSettings
 
 PARTITION_FIELDS = ("sharedCounters", "consumesCounters")
 
 
-def _rig(api: FakeApiServer, root: Path) -> DriverRig:
+def _rig(api: FakeApiServer, root: Path, layout: str = "auto") -> DriverRig:
     make_host("rk3588-drm", root / "host")
     settings = DraSettings(
         host_root=root / "host",
@@ -36,18 +41,18 @@ def _rig(api: FakeApiServer, root: Path) -> DriverRig:
         api_timeout=5.0,
         health_interval=0.1,
         instance_id="",
-        slice_layout="auto",
+        slice_layout=layout,
     )
     return DriverRig(root, api, settings)
 
 
 @pytest.fixture
 def server(request: pytest.FixtureRequest) -> Iterator[DriverRig]:
-    drop, minor = request.param
+    drop, minor, *layout = request.param
     api = FakeApiServer(drop_fields=drop, minor=minor).start()
     api.add_node(NODE)
     root = Path(tempfile.mkdtemp(prefix="rkdra-", dir="/tmp"))
-    rig = _rig(api, root)
+    rig = _rig(api, root, *layout)
     yield rig
     rig.end()
     api.stop()
@@ -151,3 +156,40 @@ def test_a_server_dropping_the_fields_never_stores_overlapping_devices_even_acro
     for stored in history:
         assert _overlapping_without_counters(stored) == [], stored
         assert len(_devices({"s": stored})) in (0, 3), stored  # per-core only, never the 5-device pool
+
+
+@pytest.mark.parametrize(
+    "server",
+    [(PARTITION_FIELDS, 34, "partitionable"), (PARTITION_FIELDS, 35, "partitionable")],
+    indirect=True,
+    ids=["gate-off-1.34", "gate-off-1.35"],
+)
+def test_the_explicit_partitionable_layout_on_a_server_dropping_the_fields_stops_storing_nothing(
+    server: DriverRig,
+) -> None:
+    """The user's choice has no fallback: the dry run shows the fields dropped, nothing is stored,
+    and the driver stops with the error naming the gate and the fix (the process exits 1 with it:
+    tests/serverkit/test_bad_inputs_servers.py, row dra-partitionable-gate-off)."""
+    ended: list[BaseException | int] = []
+
+    def driver() -> None:
+        try:
+            ended.append(run(server.settings, server.stop))
+        except RknnLaunchError as exc:
+            ended.append(exc)
+
+    thread = threading.Thread(target=driver, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the driver kept running"
+    (error,) = ended
+    assert isinstance(error, RknnLaunchError) and error.exit_code == 1, error
+    assert "DRAPartitionableDevices feature gate is off on this API server" in error.problem
+    assert error.fix is not None and "kube-apiserver" in error.fix
+    assert "--slice-layout auto" in error.fix and "per-core" in error.fix
+    assert server.api.dry_runs >= 1
+    with server.api.lock:
+        history = [obj for kind, obj in server.api.events if kind != "DELETED"]
+        stored = dict(server.api.slices)
+    assert history == [] and stored == {}  # nothing stored, so nothing to double-book
+    assert ("POST", "/apis/resource.k8s.io/v1/resourceslices") in server.api.requests  # the dry run

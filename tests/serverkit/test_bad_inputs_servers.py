@@ -285,6 +285,18 @@ ROWS: list[Row] = [
         code=1,
         one_line=False,
     ),
+    # The explicit partitionable layout on a server that drops its fields (DRAPartitionableDevices
+    # off): no fallback and nothing stored; the first publish stops the driver (exit 1).
+    D(
+        "dra-partitionable-gate-off",
+        "--kubeconfig",
+        "{base}/gate-off.yaml",
+        "--slice-layout",
+        "partitionable",
+        says="the DRAPartitionableDevices feature gate is off on this API server",
+        code=1,
+        one_line=False,
+    ),
     D("dra-kubeconfig-folder", "--kubeconfig", "{base}", says="is a folder, not a file"),
     D(
         "dra-kubeconfig-unreadable",
@@ -542,9 +554,11 @@ def table() -> Iterator[Table]:
     base = Path(tempfile.mkdtemp(prefix="rknpu-bad-inputs-"))
     busy = socket.socket()
     old_server = FakeApiServer(minor=33).start()
+    gate_off = FakeApiServer(drop_fields=("sharedCounters", "consumesCounters"), minor=35).start()
     try:
         _build_base(base)
         old_server.kubeconfig(base / "k8s-1.33.yaml")
+        gate_off.kubeconfig(base / "gate-off.yaml")
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         result = Table(base, busy.getsockname()[1])
@@ -553,6 +567,7 @@ def table() -> Iterator[Table]:
     finally:
         busy.close()
         old_server.stop()
+        gate_off.stop()
         for path in (base / "noread", base / "rootonly"):
             with contextlib.suppress(OSError):
                 path.chmod(0o755)
