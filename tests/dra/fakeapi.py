@@ -14,6 +14,8 @@ off: ``sharedCounters``, ``consumesCounters`` in devices, ``taints`` in devices)
 ``?dryRun=All`` on a slice create or replace answers what would be stored (the dropped fields
 gone) but stores nothing and makes no watch event; `dry_runs` counts them. A ``minor`` below 34
 serves no resource.k8s.io/v1 (404 on its paths), as a Kubernetes 1.33 or older API server.
+``version_status`` (e.g. 500 or 404) makes ``/version`` fail with that code: a server whose
+version cannot be told; set it back to None and ``/version`` answers again.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ class FakeApiServer:
         # Device taints are alpha (feature gate DRADeviceTaints, off by default): dropped unless asked.
         self.drop_fields = frozenset(drop_fields) | (frozenset() if keep_taints else {"taints"})
         self.minor = minor
+        self.version_status: int | None = None
+        """When set: the HTTP code /version fails with (the version cannot be told)."""
         self.events: list[tuple[str, dict[str, Any]]] = []
         """Every slice change as a watch event, in order (watches replay from here)."""
         self.event_times: list[float] = []
@@ -339,6 +343,9 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         ) -> tuple[int, dict[str, Any]]:
             parts = path.strip("/").split("/")
             if path.rstrip("/") == "/version" and method == "GET":  # the client asks "/version/"
+                if api.version_status is not None:
+                    code = api.version_status
+                    return code, _status(code, "InternalError" if code >= 500 else "NotFound", "no version")
                 return 200, {"major": "1", "minor": str(api.minor), "gitVersion": f"v1.{api.minor}.0"}
             if path.startswith("/api/v1/nodes/") and method == "GET":
                 node = api.nodes.get(parts[-1])

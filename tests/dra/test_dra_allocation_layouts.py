@@ -2,7 +2,7 @@
 fields (1.34 style, 1.35+ style) and one that drops them (DRAPartitionableDevices off, the default
 on 1.34/1.35): what the API server stores is then allocated by the scheduler rig. Also the
 explicit "partitionable" layout on a server dropping the fields (the driver stops, storing
-nothing)."""
+nothing), and "auto" on a server whose version cannot be told at first."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from test_dra_allocation import classes, mask, sample_claims
 from fakehost import make_host
 from rknnlaunch import RknnLaunchError
 from rknpu_device_plugin.devices import device_cores
+from rknpu_dra_driver import _publisher
 from rknpu_dra_driver._cli import run
 from rknpu_dra_driver._settings import DraSettings
 
@@ -193,3 +194,29 @@ def test_the_explicit_partitionable_layout_on_a_server_dropping_the_fields_stops
         stored = dict(server.api.slices)
     assert history == [] and stored == {}  # nothing stored, so nothing to double-book
     assert ("POST", "/apis/resource.k8s.io/v1/resourceslices") in server.api.requests  # the dry run
+
+
+@pytest.mark.parametrize("server", [((), 35)], indirect=True, ids=["version-fails-then-1.35"])
+@pytest.mark.parametrize("status", [500, 404])
+def test_auto_on_a_server_of_unknown_version_offers_per_core_then_partitionable_once_told(
+    server: DriverRig, status: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/version fails: "auto" offers one device per core (right on every server), and keeps asking;
+    once /version answers and a dry run shows the fields kept, the next pass moves to the
+    partitionable pool. No stored version ever holds overlapping devices without counters."""
+    monkeypatch.setattr(_publisher, "RESYNC_S", 0.3)  # "later": the periodic resync asks again
+    server.api.version_status = status
+    server.start()
+    per_core = ["npu-core-2", "npu-core-0", "npu-core-1"]
+    server.api.wait_slices(lambda s: len(s) == 1 and _devices(s) == per_core)
+    assert server.api.dry_runs == 0  # per-core needs no dry run
+    with server.api.lock:
+        server.api.version_status = None
+    slices = server.api.wait_slices(lambda s: len(_devices(s)) == 5)
+    assert sorted(slices) == [f"{NODE}-{DRIVER}", f"{NODE}-{DRIVER}-counters"]
+    assert server.api.dry_runs >= 1
+    assert _two_core_sample_after_the_shared_core(list(slices.values())) == 3
+    with server.api.lock:
+        history = [obj for kind, obj in server.api.events if kind != "DELETED"]
+    for stored in history:
+        assert _overlapping_without_counters(stored) == [], stored
