@@ -110,7 +110,7 @@ def _serve(
     """Scan, then run the plugin's actors until a signal (or the first actor's end) stops them all."""
     # gRPC is imported here, not at module level, so `--help` and bad settings answer fast.
     from .devices import ResourceManager
-    from .kubelet import DevicePluginService, Endpoint, Supervisor
+    from .kubelet import DevicePluginService, Endpoint, KubeletRegistration, Supervisor
 
     resources = ResourceManager(
         host,
@@ -182,7 +182,7 @@ def _serve(
         settings.device_plugin_dir,
         endpoint_for,
         service,
-        events,
+        KubeletRegistration(events),
         before_serve=before_serve,
         use_inotify=settings.inotify,
     )

@@ -241,10 +241,6 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
         serving.add(*_external_stop(stop), name="stop")
         serving.add_task(api_built.result, name="api-client")  # no client: the driver stops
         serving.add(*closing_actor(servers.stop), name="kubelet-servers")
-        registration_stop = threading.Event()
-        serving.add(
-            lambda: servers.watch_registration(registration_stop), registration_stop.set, name="registration"
-        )
         health_stop = threading.Event()
 
         def stop_health() -> None:

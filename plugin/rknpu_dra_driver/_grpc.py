@@ -1,6 +1,7 @@
-"""The kubelet side: the Registration server (plugins_registry), re-created when its socket is
-deleted, and on the driver's own socket the DRAPlugin v1 + v1beta1 services (gRPC messages into
-`ClaimStore` calls and back) and DRAResourceHealth v1alpha1 + v1 (the `HealthBoard`'s records)."""
+"""The kubelet side: the Registration server (plugins_registry), served by the device plugin's
+`Supervisor` (which serves it again when its socket is removed or replaced), and on the driver's
+own socket the DRAPlugin v1 + v1beta1 services (gRPC messages into `ClaimStore` calls and back)
+and DRAResourceHealth v1alpha1 + v1 (the `HealthBoard`'s records)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import grpc.aio
 
-from rknpu_device_plugin.devices import FolderWatcher
-from rknpu_device_plugin.kubelet import file_id
+from rknpu_device_plugin.kubelet import Endpoint, Supervisor
 
 from ._claims import ClaimRef, PreparedClaim
 from ._health import CHECK_TIMEOUT_S, HealthBoard
@@ -49,8 +50,8 @@ DRAResourceHealthService in pkg/apis/dra-health/v1/types.go; the library lists v
 service name too). A kubelet ignores the names it does not know."""
 WORKERS = 8
 """Prepare/unprepare calls and the kubelet's health streams (one per plugin connection)."""
-REGISTRATION_CHECK_S = 1.0
-"""Re-check of the registration socket without inotify events (a safety net under inotify)."""
+REGISTRATION_STOP_S = 1.5
+"""Stop: how long the registration socket's supervisor gets to stop serving and remove it."""
 
 
 def _prepare_answer(pb: Any, store: ClaimStore, claims: Any) -> Any:
@@ -186,6 +187,28 @@ class RegistrationService(reg_grpc.RegistrationServicer):
         self.on_status(request.plugin_registered, request.error)
         return reg.RegistrationStatusResponse()
 
+    def add_to(self, server: grpc.aio.Server) -> None:
+        """For the `Supervisor`: the handlers are plain functions, run on its server's thread pool."""
+        reg_grpc.add_RegistrationServicer_to_server(self, server)
+
+    async def end_streams(self, timeout: float) -> None:
+        """No streams to end."""
+
+
+class _ServedForDiscovery:
+    """The registration socket's strategy for the `Supervisor`: nothing to call (the kubelet finds
+    the socket in plugins_registry and calls GetInfo), nothing ends a generation but the socket's
+    removal or replacement (the supervisor compares its inode and ctime)."""
+
+    def register(self, endpoint: Endpoint, wake: threading.Event, stop: threading.Event) -> bool:
+        return True
+
+    def registered(self, endpoint: Endpoint, generation: int, seconds: float) -> None:
+        _log.info("serving", extra={"fields": {"socket": str(endpoint.socket_path)}})
+
+    def restart_reason(self, endpoint: Endpoint) -> str | None:
+        return None
+
 
 def _answers(path: Path) -> bool:
     """Whether something accepts connections on the unix socket (a dead instance's refuse)."""
@@ -201,6 +224,9 @@ def _answers(path: Path) -> bool:
 class KubeletServers:
     """Both servers: the DRA socket is served before the registration socket appears, so the
     kubelet, which dials the endpoint as soon as it sees the registration socket, finds it ready.
+    The registration socket is the device plugin's `Supervisor`'s, on a thread of its own: it
+    serves the socket and serves it again whenever it is removed or replaced (someone cleaned the
+    folder), and the kubelet then registers us again.
 
     With an instance id (a rolling update) the socket names are the instance's own, so an old and
     a new instance serve side by side; the kubelet (1.33+) calls the newest registered one."""
@@ -223,19 +249,21 @@ class KubeletServers:
         )
         self.registration = RegistrationService(driver_name, self.dra_socket)
         self._board = board
-        self._use_inotify = use_inotify
         self._dra = grpc.server(ThreadPoolExecutor(WORKERS, thread_name_prefix="dra"))
         v1_grpc.add_DRAPluginServicer_to_server(DraV1Service(store), self._dra)
         v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1Service(store), self._dra)
         health_v1_grpc.add_DRAResourceHealthServicer_to_server(HealthV1Service(board), self._dra)
         health_v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(HealthV1alpha1Service(board), self._dra)
-        self._reg: grpc.Server | None = None
-        self._reg_id: tuple[int, int] | None = None  # (inode, ctime): a reused inode is a new file
-        self._reg_lock = threading.Lock()
+        endpoint = Endpoint(registration_dir, self.registration_socket.name, driver_name)
+        self._supervisor = Supervisor(
+            registration_dir,
+            lambda: endpoint,
+            self.registration,
+            _ServedForDiscovery(),
+            use_inotify=use_inotify,
+        )
         self._stopping = threading.Event()
-        self._watcher: FolderWatcher | None = None
-        self.registrations = 0
-        """How many times the registration socket was served (1 + re-creations)."""
+        self._supervising: threading.Thread | None = None
 
     def _remove_dead_sockets(self) -> None:
         """Sockets of instances that died without cleaning up (kill -9): nobody answers on them,
@@ -257,7 +285,7 @@ class KubeletServers:
                                 "removed a dead instance's socket", extra={"fields": {"socket": str(path)}}
                             )
 
-    def _serve(self, server: grpc.Server, path: Path) -> tuple[int, int] | None:
+    def _serve(self, server: grpc.Server, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -265,67 +293,23 @@ class KubeletServers:
         server.start()
         os.chmod(path, 0o600)
         _log.info("serving", extra={"fields": {"socket": str(path)}})
-        return file_id(path)
-
-    def _serve_registration(self) -> None:
-        server = grpc.server(ThreadPoolExecutor(2, thread_name_prefix="registration"))
-        reg_grpc.add_RegistrationServicer_to_server(self.registration, server)
-        with self._reg_lock:
-            if self._stopping.is_set():
-                return
-            old, self._reg = self._reg, server
-            if old is not None:
-                old.stop(0)
-            self._reg_id = self._serve(server, self.registration_socket)
-            self.registrations += 1
 
     def start(self) -> None:
         """Serve both sockets (mode 0600: only the kubelet, as root, may call us)."""
         self._remove_dead_sockets()
         self._serve(self._dra, self.dra_socket)
-        self._serve_registration()
-
-    def watch_registration(self, stop: threading.Event) -> None:
-        """Serve the registration socket again whenever it is deleted or replaced (someone cleaned
-        the folder): the kubelet then registers us again. Until ``stop``."""
-        watcher = FolderWatcher([self.registration_socket.parent], use_inotify=self._use_inotify)
-        self._watcher = watcher
-        check = REGISTRATION_CHECK_S if watcher.uses_inotify else 0.1
-        try:
-            while not stop.is_set() and not self._stopping.is_set():
-                watcher.wait(check)
-                if stop.is_set() or self._stopping.is_set():
-                    break
-                with self._reg_lock:
-                    intact = self._reg_id is not None and file_id(self.registration_socket) == self._reg_id
-                if not intact:
-                    _log.warning(
-                        "the registration socket was removed; serving it again",
-                        extra={"fields": {"socket": str(self.registration_socket)}},
-                    )
-                    try:
-                        if not self._stopping.is_set():
-                            self._serve_registration()
-                    except Exception as exc:  # keep watching: a later event may let it succeed
-                        _log.error(
-                            "cannot serve the registration socket", extra={"fields": {"error": repr(exc)}}
-                        )
-        finally:
-            self._watcher = None
-            watcher.close()
+        self._supervising = threading.Thread(
+            target=self._supervisor.run, args=(self._stopping,), name="registration", daemon=True
+        )
+        self._supervising.start()
 
     def stop(self) -> None:
         """Registration first (the kubelet deregisters on its removal and turns to another
         instance), then the health streams end, then the DRA socket with a short grace."""
         self._stopping.set()
-        if self._watcher is not None:
-            self._watcher.wake()
-        with self._reg_lock:
-            reg, self._reg, self._reg_id = self._reg, None, None
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.registration_socket)
-        if reg is not None:
-            reg.stop(grace=0.5).wait(1.0)
+        self._supervisor.wake()
+        if self._supervising is not None:
+            self._supervising.join(REGISTRATION_STOP_S)  # it stops serving and removes the socket
         self._board.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.dra_socket)

@@ -4,6 +4,7 @@ registration socket, the metrics page. Figures the issue asks for are printed (`
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -255,14 +256,31 @@ def test_after_a_reboot_claims_are_prepared_again_and_gone_ones_cleaned(rig: Dri
     assert [(r["claim"]["uid"], r["bootId"]) for r in records] == [(UID, "boot-2")]
 
 
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 def test_a_deleted_registration_socket_is_served_again(rig: DriverRig) -> None:
-    kubelet = rig.start()
-    (path, _info) = kubelet.plugins[0]
-    path.unlink()
-    began = time.monotonic()
-    again = KubeletStub(rig.settings.registration_dir, DRIVER)
-    again.register(timeout=5)
-    print(f"\nregistration socket served again in {time.monotonic() - began:.3f} s")
+    """By the device plugin's Supervisor: one loop serves both programs' sockets again."""
+    supervisor_log = logging.getLogger("rknpu_device_plugin.lifecycle")
+    records = _Records()
+    supervisor_log.addHandler(records)
+    try:
+        kubelet = rig.start()
+        (path, _info) = kubelet.plugins[0]
+        path.unlink()
+        began = time.monotonic()
+        again = KubeletStub(rig.settings.registration_dir, DRIVER)
+        again.register(timeout=5)
+        print(f"\nregistration socket served again in {time.monotonic() - began:.3f} s")
+    finally:
+        supervisor_log.removeHandler(records)
+    assert "serving and registering again" in records.messages
     rig.api.add_claim("default", "c", UID, results("npu-core-0"))
     assert again.prepare([("default", "c", UID)]).claims[UID].error == ""
 

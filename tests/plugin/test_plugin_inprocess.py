@@ -25,7 +25,7 @@ from rknpu_device_plugin._events import NullEvents
 from rknpu_device_plugin._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
 from rknpu_device_plugin._kubeapi.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from rknpu_device_plugin.devices._manager import ResourceManager
-from rknpu_device_plugin.kubelet._lifecycle import Endpoint, Supervisor
+from rknpu_device_plugin.kubelet._lifecycle import Endpoint, KubeletRegistration, Supervisor
 from rknpu_device_plugin.kubelet._service import DevicePluginService
 
 SOCKET = "rknpu.sock"
@@ -54,7 +54,10 @@ def plugin() -> Iterator[InProcessPlugin]:
     resources.scan()
     service = DevicePluginService(resources, events, "core", cdi=False)
     supervisor = Supervisor(
-        kubelet.plugin_dir, lambda: Endpoint(kubelet.plugin_dir, SOCKET, RESOURCE), service, events
+        kubelet.plugin_dir,
+        lambda: Endpoint(kubelet.plugin_dir, SOCKET, RESOURCE),
+        service,
+        KubeletRegistration(events),
     )
     resources.on_ready = supervisor.wake
     stop = threading.Event()

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 from rknnlaunch import lazy_attributes
 
 if TYPE_CHECKING:
-    from ._lifecycle import Endpoint, Supervisor, file_id
+    from ._lifecycle import Endpoint, KubeletRegistration, Supervisor, file_id
     from ._service import DevicePluginService
 
 # What other layers may use, by defining module; imported on first use (PEP 562), so importing
@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "DevicePluginService": "._service",
     "Endpoint": "._lifecycle",
+    "KubeletRegistration": "._lifecycle",
     "Supervisor": "._lifecycle",
     "file_id": "._lifecycle",
 }
@@ -24,6 +25,7 @@ __getattr__ = lazy_attributes(__name__, _LAZY)
 __all__ = [
     "DevicePluginService",
     "Endpoint",
+    "KubeletRegistration",
     "Supervisor",
     "file_id",
 ]

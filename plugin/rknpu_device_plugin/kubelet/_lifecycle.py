@@ -1,10 +1,14 @@
 """Serving and registration lifecycle: our gRPC server on our socket, Register with the kubelet,
 and a supervisor that serves + registers again whenever the kubelet restarts.
 
-The kubelet deletes every socket in the device plugin folder when it starts, then creates a new
-kubelet.sock. The supervisor watches the folder (inotify, polling fallback) for our socket
-vanishing or kubelet.sock being re-created, and starts a new generation: fresh server, fresh
-Register. Device logic lives elsewhere (`_service`, `devices/`).
+The `Supervisor` owns "serve a socket, register, watch, serve again": it watches the socket's
+folder (inotify, polling fallback) and starts a new generation (fresh server, fresh registration)
+when its socket is removed or replaced, or when its `Registration` strategy says the generation
+ended. The device plugin's strategy is `KubeletRegistration`: the kubelet deletes every socket in
+the device plugin folder when it starts, then creates a new kubelet.sock, so a generation Registers
+over kubelet.sock and ends when kubelet.sock is re-created. The DRA driver serves its registration
+socket through the same supervisor with a strategy of its own (rknpu_dra_driver._grpc). Device
+logic lives elsewhere (`_service`, `devices/`).
 
 Each generation's server is a `grpc.aio` server on one event loop thread for the process: a
 ListAndWatch stream is a coroutine there and holds no thread, so open streams can never starve
@@ -25,7 +29,7 @@ from collections.abc import Callable, Coroutine
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 import grpc.aio
@@ -96,8 +100,21 @@ def _serving(path: Path) -> bool:
     return True
 
 
+class Servicer(Protocol):
+    """What a generation's server serves: services to add, streams to end before a stop."""
+
+    def add_to(self, server: grpc.aio.Server) -> None:
+        """Add the services to ``server``."""
+
+    async def end_streams(self, timeout: float) -> None:
+        """End every open stream with status OK; return once each status is sent (or at timeout)."""
+
+
 class StreamingServicer(pb_grpc.DevicePluginServicer):
     """The device plugin service, which can end its open streams cleanly before a stop."""
+
+    def add_to(self, server: grpc.aio.Server) -> None:
+        pb_grpc.add_DevicePluginServicer_to_server(self, server)
 
     async def end_streams(self, timeout: float) -> None:
         """End every open stream with status OK; return once each status is sent (or at timeout)."""
@@ -149,7 +166,7 @@ def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> Non
 class PluginServer:
     """One generation of our gRPC server on our socket (an asyncio server on ``loop``)."""
 
-    def __init__(self, socket_path: Path, service: StreamingServicer, loop: EventLoopThread) -> None:
+    def __init__(self, socket_path: Path, service: Servicer, loop: EventLoopThread) -> None:
         self.socket_path = socket_path
         self._service = service
         self._loop = loop
@@ -177,7 +194,7 @@ class PluginServer:
 
     async def _start(self, executor: futures.ThreadPoolExecutor) -> grpc.aio.Server:
         server = grpc.aio.server(migration_thread_pool=executor)
-        pb_grpc.add_DevicePluginServicer_to_server(self._service, server)
+        self._service.add_to(server)
         if server.add_insecure_port(f"unix://{self.socket_path}") == 0:
             raise OSError(
                 f"cannot listen on {self.socket_path}: the folder must exist and be writable here "
@@ -239,22 +256,92 @@ def register(endpoint: Endpoint, wake: threading.Event, stop: threading.Event) -
         return True
 
 
+class Registration(Protocol):
+    """The `Supervisor`'s strategy: how a served generation registers, and what besides its own
+    socket's removal ends it. Serving, watching and serving again are the supervisor's."""
+
+    def register(self, endpoint: Endpoint, wake: threading.Event, stop: threading.Event) -> bool:
+        """One attempt, our socket served: True once registered, False to retry after a backoff
+        (or when ``stop`` is set). ``wake`` fires on stop: a blocking attempt waits on it."""
+
+    def registered(self, endpoint: Endpoint, generation: int, seconds: float) -> None:
+        """Generation number ``generation`` is registered, ``seconds`` after its serving began."""
+
+    def restart_reason(self, endpoint: Endpoint) -> str | None:
+        """Why the registered generation must end (None while it holds)."""
+
+
+class KubeletRegistration:
+    """The device plugin's strategy: Register over kubelet.sock (waiting for it, retrying a failed
+    call); a re-created kubelet.sock (the kubelet restarted) ends the generation."""
+
+    def __init__(self, events: PluginEvents) -> None:
+        self._events = events
+        self._kubelet_id: FileId | None = None
+        self._last_error = ""
+
+    def register(self, endpoint: Endpoint, wake: threading.Event, stop: threading.Event) -> bool:
+        kubelet_id = file_id(endpoint.kubelet_socket)
+        if kubelet_id is None:
+            if self._last_error != "absent":
+                _log.info(
+                    "waiting for kubelet.sock", extra={"fields": {"path": str(endpoint.kubelet_socket)}}
+                )
+                self._last_error = "absent"
+            return False
+        try:
+            if not register(endpoint, wake, stop):
+                return False
+        except grpc.RpcError as exc:
+            error = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.Call) else str(exc)
+            if error != self._last_error:
+                _log.warning("Register failed; retrying", extra={"fields": {"error": error}})
+                self._last_error = error
+            return False
+        self._kubelet_id = kubelet_id
+        self._last_error = ""  # the next generation's first problem is logged again
+        return True
+
+    def registered(self, endpoint: Endpoint, generation: int, seconds: float) -> None:
+        _log.info(
+            "registered with kubelet",
+            extra={
+                "fields": {
+                    "resource": endpoint.resource_name,
+                    "endpoint": endpoint.socket_name,
+                    "generation": generation,
+                    "seconds": round(seconds, 3),
+                }
+            },
+        )
+        self._events.registered()
+        if generation > 1:
+            self._events.restarted()
+
+    def restart_reason(self, endpoint: Endpoint) -> str | None:
+        current = file_id(endpoint.kubelet_socket)
+        if current is not None and current != self._kubelet_id:
+            return "kubelet.sock was re-created (kubelet restarted)"
+        return None
+
+
 class Supervisor:
-    """Serve + register; on kubelet restart or socket loss, do both again until stopped."""
+    """Serve + register; on socket loss (or when ``registration`` says so: a kubelet restart), do
+    both again until stopped."""
 
     def __init__(
         self,
         plugin_dir: Path,
         endpoint_for: Callable[[], Endpoint | None],
-        service: StreamingServicer,
-        events: PluginEvents,
+        service: Servicer,
+        registration: Registration,
         before_serve: Callable[[], None] = lambda: None,
         use_inotify: bool = True,
     ) -> None:
         self._plugin_dir = plugin_dir
         self._endpoint_for = endpoint_for
         self._service = service
-        self._events = events
+        self._registration = registration
         self._before_serve = before_serve
         self._use_inotify = use_inotify
         self._watcher: FolderWatcher | None = None
@@ -319,25 +406,11 @@ class Supervisor:
             return
         self._last_serve_error = ""
         try:
-            kubelet_id = self._register_until_done(endpoint, server, watcher, stop)
-            if kubelet_id is None:
+            if not self._register_until_done(endpoint, server, watcher, stop):
                 return
             self.generations += 1
-            _log.info(
-                "registered with kubelet",
-                extra={
-                    "fields": {
-                        "resource": endpoint.resource_name,
-                        "endpoint": endpoint.socket_name,
-                        "generation": self.generations,
-                        "seconds": round(time.monotonic() - started, 3),
-                    }
-                },
-            )
-            self._events.registered()
-            if self.generations > 1:
-                self._events.restarted()
-            reason = self._watch_until_restart(endpoint, server, kubelet_id, watcher, check, stop)
+            self._registration.registered(endpoint, self.generations, time.monotonic() - started)
+            reason = self._watch_until_restart(endpoint, server, watcher, check, stop)
             if reason is not None:
                 _log.warning("serving and registering again", extra={"fields": {"reason": reason}})
         finally:
@@ -345,38 +418,24 @@ class Supervisor:
 
     def _register_until_done(
         self, endpoint: Endpoint, server: PluginServer, watcher: FolderWatcher, stop: threading.Event
-    ) -> FileId | None:
+    ) -> bool:
         delay = BACKOFF_FIRST
-        last_error = ""
         while not stop.is_set():
             if not server.socket_intact():  # the kubelet's cleanup removed it while we waited
                 server.stop(0)
                 server.start()
-            kubelet_id = file_id(endpoint.kubelet_socket)
-            if kubelet_id is not None:
-                try:
-                    if not register(endpoint, self._wake, stop):
-                        return None
-                    return kubelet_id
-                except grpc.RpcError as exc:
-                    error = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.Call) else str(exc)
-                    if error != last_error:
-                        _log.warning("Register failed; retrying", extra={"fields": {"error": error}})
-                        last_error = error
-            elif last_error != "absent":
-                _log.info(
-                    "waiting for kubelet.sock", extra={"fields": {"path": str(endpoint.kubelet_socket)}}
-                )
-                last_error = "absent"
+            if self._registration.register(endpoint, self._wake, stop):
+                return True
+            if stop.is_set():
+                break
             self._wait(watcher, delay)
             delay = min(delay * 2, BACKOFF_MAX)
-        return None
+        return False
 
     def _watch_until_restart(
         self,
         endpoint: Endpoint,
         server: PluginServer,
-        kubelet_id: FileId,
         watcher: FolderWatcher,
         check: float,
         stop: threading.Event,
@@ -384,9 +443,9 @@ class Supervisor:
         while not stop.is_set():
             if not server.socket_intact():
                 return "our socket was removed (kubelet restart?)"
-            current = file_id(endpoint.kubelet_socket)
-            if current is not None and current != kubelet_id:
-                return "kubelet.sock was re-created (kubelet restarted)"
+            reason = self._registration.restart_reason(endpoint)
+            if reason is not None:
+                return reason
             if self._endpoint_for() != endpoint:
                 return "the NPU changed (resource name)"
             self._wait(watcher, check)
