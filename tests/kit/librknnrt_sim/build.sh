@@ -17,8 +17,8 @@ for arch in ${SIM_ARCHS:-x86_64 aarch64}; do
   mkdir -p "$out/$arch"
   target=$out/$arch/librknnrt.so
   if [ ! -e "$target" ] || [ "$here/rknnrt_sim.c" -nt "$target" ] || [ "$0" -nt "$target" ]; then
-    "$cc" "${flags[@]}" -o "$target.tmp" "$here/rknnrt_sim.c"
-    mv "$target.tmp" "$target"
+    "$cc" "${flags[@]}" -o "$target.tmp.$$" "$here/rknnrt_sim.c"
+    mv "$target.tmp.$$" "$target" # per-process temp: two test runs may build at once
   fi
 done
 echo "$out"
