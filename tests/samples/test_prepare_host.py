@@ -141,24 +141,6 @@ def test_a_second_run_finds_everything_done(tmp_path: Path) -> None:
     assert "already sets default_ulimits" in done.stdout
 
 
-def test_containers_conf_keeps_an_existing_section(tmp_path: Path) -> None:
-    env = _host(tmp_path, "host")
-    conf = Path(env["RKNNLAUNCH_CONTAINERS_CONF"])
-    conf.parent.mkdir(parents=True)
-    conf.write_text('[engine]\nevents_logger = "file"\n\n[containers]\nlog_driver = "k8s-file"\n')
-    done = subprocess.run(
-        ["bash", str(PREPARE_HOST), "containers"],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    text = conf.read_text()
-    assert text.count("[containers]") == 1
-    assert text.index("default_ulimits = []") > text.index("[containers]") > text.index("[engine]")
-
-
 def _containers_part(tmp_path: Path, text: str) -> str:
     """containers.conf holding ``text`` after the containers part ran on it (fake-root paths)."""
     env = _host(tmp_path, "host")
@@ -174,6 +156,14 @@ def _containers_part(tmp_path: Path, text: str) -> str:
     )
     assert done.returncode == 0, done.stderr
     return conf.read_text()
+
+
+def test_containers_conf_keeps_an_existing_section(tmp_path: Path) -> None:
+    text = _containers_part(
+        tmp_path, '[engine]\nevents_logger = "file"\n\n[containers]\nlog_driver = "k8s-file"\n'
+    )
+    assert text.count("[containers]") == 1
+    assert text.index("default_ulimits = []") > text.index("[containers]") > text.index("[engine]")
 
 
 @pytest.mark.parametrize(
