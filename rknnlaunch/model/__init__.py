@@ -11,6 +11,7 @@ if TYPE_CHECKING:
         DEFAULT_MODEL,
         INSTALL_DEFAULT_MODEL,
         PackagedModel,
+        check_sha256,
         default_model,
         packaged_model,
     )
@@ -44,6 +45,7 @@ _LAZY = {
     "DEFAULT_MODEL": "._default",
     "INSTALL_DEFAULT_MODEL": "._default",
     "PackagedModel": "._default",
+    "check_sha256": "._default",
     "default_model": "._default",
     "packaged_model": "._default",
     "pack_facts": "._facts",
@@ -75,6 +77,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "INSTALL_DEFAULT_MODEL",
     "PackagedModel",
+    "check_sha256",
     "default_model",
     "packaged_model",
     "pack_facts",
