@@ -62,9 +62,9 @@ else
     rm -rf "$venv"
     err=$(python3 -m venv "$venv" 2>&1) || { echo "images/demo.sh: python3 cannot make a venv: $(printf '%s\n' "$err" | tail -n 1); fix: apt-get install python3-venv (or PYTHON=/path/to/python images/demo.sh)" >&2; exit 2; }
     # --no-warn-conflicts: a pip that finds this checkout's test models installed --no-deps elsewhere
-    # says nothing; -q: pip's own progress is not the demo's
-    "$venv/bin/python" -m pip install -q --no-warn-conflicts --upgrade pip >&2 \
-      && "$venv/bin/python" -m pip install -q --no-warn-conflicts -e '.[demo]' >&2 \
+    # says nothing; -qq: pip's progress and build warnings are not the demo's (its errors still show)
+    "$venv/bin/python" -m pip install -qq --no-warn-conflicts --upgrade pip >&2 \
+      && "$venv/bin/python" -m pip install -qq --no-warn-conflicts -e '.[demo]' >&2 \
       || { echo "images/demo.sh: installing the demo's venv failed (above); fix: check the network to PyPI, then run images/demo.sh again" >&2; exit 2; }
     echo "$stamp" >"$venv/.demo-stamp"
   fi
