@@ -105,6 +105,7 @@ def make_inputs(folder: Path) -> dict[str, str]:
 
 
 GOOD = "--model {onnx} --no-progress"
+CONTRADICTION = {"RKNN_NPU_CORE_MASK": "3", "RKNN_NPU_CORES": "2"}
 VALIDATE = "validate {good_rknn} --reference {onnx}"
 CONVERT = "convert {onnx} --target rk3588 --fp16"
 ROWS: dict[str, Row] = {
@@ -185,6 +186,15 @@ ROWS: dict[str, Row] = {
     "detect --model corrupt": Row("detect {image} --model {corrupt_rknn}", "is corrupt", code=1),
     "detect --task banana": Row("detect {image} --task banana", "invalid choice: 'banana'", code=2),
     "detect mask banana": Row("detect {image}", "cannot read 'banana'", {"RKNN_NPU_CORE_MASK": "banana"}, 2),
+    # --- an allocation that contradicts itself: refused by every command, no NPU needed (issue 32)
+    "bench mask vs cores": Row(
+        "bench --no-progress", "means cores 0,1 but RKNN_NPU_CORES='2'", CONTRADICTION, 2
+    ),
+    "detect mask vs cores": Row("detect {image}", "means cores 0,1 but RKNN_NPU_CORES='2'", CONTRADICTION, 2),
+    "run mask vs cores": Row("run -- true", "means cores 0,1 but RKNN_NPU_CORES='2'", CONTRADICTION, 2),
+    "run --no-check mask vs cores": Row("run --no-check -- true", "means cores 0,1", CONTRADICTION, 2),
+    "validate mask vs cores": Row(f"{VALIDATE} --images {{image}}", "means cores 0,1", CONTRADICTION, 2),
+    "doctor mask vs cores": Row("doctor", "means cores 0,1 but RKNN_NPU_CORES='2'", CONTRADICTION, 1),
     # --- doctor -------------------------------------------------------------------------------
     "doctor --root missing": Row("doctor --root {missing}", "is not a folder", code=2),
     "doctor --root a file": Row("doctor --root {text}", "is not a folder", code=2),
