@@ -51,7 +51,7 @@ modules="numpy, pydantic_settings, cv2, grpc, google.protobuf, inotify_simple, p
 if [ -n "${PYTHON:-}" ]; then
   py=$PYTHON
   command -v "$py" >/dev/null || { echo "images/demo.sh: no '$py' on PATH; fix: PYTHON=/path/to/python images/demo.sh, or unset PYTHON (the demo makes its own venv)" >&2; exit 2; }
-  fix="$py -m pip install --no-warn-conflicts -e '.[demo]', or unset PYTHON (the demo makes its own venv)"
+  fix="$py -m pip install --no-warn-conflicts -e '.[demo]' (everything the trial needs, --dra too), or unset PYTHON (the demo makes its own venv)"
 else
   venv=${RKNNLAUNCH_DEMO_VENV:-$PWD/.demo-venv}
   command -v python3 >/dev/null || { echo "images/demo.sh: no python3 on PATH; fix: install Python 3.10 or later (apt-get install python3 python3-venv)" >&2; exit 2; }
@@ -73,7 +73,11 @@ else
 fi
 if ! err=$(PYTHONPATH="$PWD:$PWD/plugin" "$py" -c "import $modules" 2>&1); then
   echo "images/demo.sh: $py cannot run the trial: $(printf '%s\n' "$err" | tail -n 1)" >&2
-  echo "fix: $fix" >&2
+  if printf '%s\n' "$err" | grep -q "^ModuleNotFoundError: No module named"; then
+    echo "fix: $fix" >&2
+  else
+    echo "fix: the import error above (run: PYTHONPATH=$PWD:$PWD/plugin $py -c 'import $modules'); $fix" >&2
+  fi
   exit 2
 fi
 version=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' rknnlaunch/_version.py)
