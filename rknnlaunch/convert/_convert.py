@@ -298,9 +298,9 @@ def convert(
     # Every input path by the one rule before any is parsed (an unreadable calibration folder is
     # named before onnxruntime loads the model).
     require_file(request.onnx, "ONNX model", "pass the path of an existing .onnx file")
-    for source in request.quant_images:
+    for images in request.quant_images:
         require_file_or_folder(
-            source, "--quant-images", "pass existing image files or folders to --quant-images"
+            images, "--quant-images", "pass existing image files or folders to --quant-images"
         )
     onnx = read_onnx(request.onnx)
     width, height = input_size(onnx.input_shape, request.input_size, onnx.input_name)
