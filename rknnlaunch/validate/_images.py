@@ -53,9 +53,12 @@ def _refuse(bad: Sequence[str], total: int, option: str, state: str) -> None:
     """One `UsageError` naming the first five bad files of ``total``; nothing when none is bad."""
     if bad:
         shown = "; ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        denied = any("Permission denied" in problem for problem in bad)
         raise UsageError(
             f"{option}: {len(bad)} of {total} images {state}: {shown}",
-            "remove or replace them (JPEG/PNG files)",
+            "make them readable (chmod a+r FILE) or remove them"
+            if denied
+            else "remove or replace them (JPEG/PNG files)",
         )
 
 

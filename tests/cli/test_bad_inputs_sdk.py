@@ -484,6 +484,8 @@ def test_inputs_and_outputs_in_a_folder_this_user_cannot_enter_name_the_flag(
             (["detect", str(locked / "inside.png"), "--model", onnx], "image file"),
             (["bench", "--model", str(locked / "m.onnx")], "--model"),
             (["convert", onnx, "--target", "rk3588", "--quant-images", str(locked)], "--quant-images"),
+            (["validate", module_inputs["good_rknn"], "--reference", onnx, "--images", str(locked)],
+             "--images"),
         )  # fmt: skip
         for argv, flag in rows:
             code, text = run_cli(argv, modes_bind=True)
@@ -492,3 +494,24 @@ def test_inputs_and_outputs_in_a_folder_this_user_cannot_enter_name_the_flag(
             assert str(locked) in text, text
     finally:
         locked.chmod(0o755)
+
+
+def test_an_unreadable_image_in_a_folder_of_images_is_named_with_the_chmod_fix(
+    module_inputs: dict[str, str], tmp_path: Path
+) -> None:
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    (photos / "a.png").write_bytes(png(8, 8))
+    (photos / "b.png").write_bytes(png(8, 8))
+    (photos / "b.png").chmod(0o000)
+    argv = [
+        "validate",
+        module_inputs["good_rknn"],
+        "--reference",
+        module_inputs["onnx"],
+        "--images",
+        str(photos),
+    ]
+    code, text = run_cli(argv, modes_bind=True)
+    assert_refused(code, text, "", Row("", "--images: 1 of 2 images are not images that can be read", code=2))
+    assert f"{photos / 'b.png'}: Permission denied" in text and "chmod a+r" in text
