@@ -12,29 +12,22 @@ which layout fits).
 
 from __future__ import annotations
 
-from ._catalog import LAYOUTS, TASK_OF, TASKS, Layout, Task, parse_layout, parse_task
+from ._catalog import LAYOUTS, TASKS, Layout, Task, parse_layout
 from ._choose import class_count, detect_layout, plan_layout
-from ._hints import YOLOV5_ANCHORS, Hints, class_names, hints_from, parse_anchors
-from ._plan import COCO_KEYPOINTS, Branch, Plan, Shape
+from ._hints import YOLOV5_ANCHORS, class_names, parse_anchors
+from ._plan import Plan
 
 __all__ = [
-    "COCO_KEYPOINTS",
     "LAYOUTS",
     "TASKS",
-    "TASK_OF",
     "YOLOV5_ANCHORS",
-    "Branch",
-    "Hints",
     "Layout",
     "Plan",
-    "Shape",
     "Task",
     "class_count",
     "class_names",
     "detect_layout",
-    "hints_from",
     "parse_anchors",
     "parse_layout",
-    "parse_task",
     "plan_layout",
 ]
