@@ -89,6 +89,15 @@ REFUSALS = (
 )
 
 
+# Installs that must go through: the defaults (a client-side dry run), the oldest Kubernetes the DRA
+# driver serves, and a distribution's version string.
+ACCEPTED = (
+    ("install", ()),
+    ("template", ("--kube-version", "1.34.0")),
+    ("template", ("--kube-version", "v1.34.1+k3s1")),
+)
+
+
 class CheckError(Exception):
     """helm could not run at all; the message says what to do."""
 
@@ -143,12 +152,17 @@ def validate(objects: list[dict[str, Any]], versions: list[str]) -> tuple[int, l
     return valid, failures, skips
 
 
+def _command_line(command: str, arguments: Sequence[str]) -> list[str]:
+    """`helm install --dry-run=client` (no cluster) or `helm template` of the chart with arguments."""
+    line = [command, "rknpu", str(CHART), "--namespace", NAMESPACE]
+    if command == "install":
+        line.append("--dry-run=client")
+    return [*line, *arguments]
+
+
 def refusal_problem(helm: Path, refusal: Refusal) -> tuple[str | None, str]:
     """(what is wrong or None, helm's refusal line) for one bad install."""
-    arguments = [refusal.command, "rknpu", str(CHART), "--namespace", NAMESPACE]
-    if refusal.command == "install":
-        arguments.append("--dry-run=client")
-    done = helm_run(helm, [*arguments, *refusal.arguments])
+    done = helm_run(helm, _command_line(refusal.command, refusal.arguments))
     said = " ".join(line.strip() for line in done.stderr.splitlines() if line.strip())
     if done.returncode == 0:
         return f"helm installed {' '.join(refusal.arguments)} (a dry run), expected a refusal", said
@@ -186,6 +200,13 @@ def main(argv: list[str] | None = None) -> int:
             )
             problems += [f"{values.name}: {line}" for line in failures]
         print(f"{total} renders over the values matrix")
+        for command, arguments in ACCEPTED:
+            done = helm_run(helm, _command_line(command, arguments))
+            print(
+                f"helm {command} {' '.join(arguments)}: {'accepted' if done.returncode == 0 else 'REFUSED'}"
+            )
+            if done.returncode != 0:
+                problems.append(f"helm {command} {' '.join(arguments)} refused: {done.stderr.strip()}")
         for refusal in REFUSALS:
             problem, said = refusal_problem(helm, refusal)
             print(f"helm {refusal.command} {' '.join(refusal.arguments)}: {said}")
