@@ -202,11 +202,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{total} renders over the values matrix")
         for command, arguments in ACCEPTED:
             done = helm_run(helm, _command_line(command, arguments))
-            print(
-                f"helm {command} {' '.join(arguments)}: {'accepted' if done.returncode == 0 else 'REFUSED'}"
-            )
+            what = f"helm {command} {' '.join(arguments) or '(default values)'}"
+            print(f"{what}: {'accepted' if done.returncode == 0 else 'REFUSED'}")
             if done.returncode != 0:
-                problems.append(f"helm {command} {' '.join(arguments)} refused: {done.stderr.strip()}")
+                problems.append(f"{what} refused: {done.stderr.strip()}")
         for refusal in REFUSALS:
             problem, said = refusal_problem(helm, refusal)
             print(f"helm {refusal.command} {' '.join(refusal.arguments)}: {said}")
