@@ -101,7 +101,7 @@ class Source:
                 "an empty source was given", "name a file, an rtsp:// URL or a /dev/video device"
             )
         if self.rate is not None:
-            check_rate(self.rate, self.shown)
+            check_rate(self.rate, f"source {self.shown}")
         if self.name is not None and not self.name.strip():
             raise UsageError(f"source {self.shown}: empty name", "give a name with letters, or none")
 
@@ -123,11 +123,12 @@ class Source:
         return f"Source({self.shown!r}, name={self.name!r}, rate={self.rate!r}, loop={self.loop!r})"
 
 
-def check_rate(rate: float, shown: str) -> None:
-    """`UsageError` unless ``rate`` is a positive finite number of frames a second."""
+def check_rate(rate: float, subject: str) -> None:
+    """`UsageError` unless ``rate`` is a positive finite number of frames a second (``subject``
+    names where it came from: ``source rtsp://cam/live``, ``--rate``)."""
     if not isinstance(rate, (int, float)) or math.isnan(rate) or math.isinf(rate) or rate <= 0:
         raise UsageError(
-            f"source {shown}: rate {rate} is not a number of frames a second",
+            f"{subject}: rate {rate} is not a number of frames a second",
             "give a positive rate such as 5 (or none to detect every frame the cores can take)",
         )
 

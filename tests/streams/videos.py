@@ -55,10 +55,11 @@ def make_video(
     width, height = size
     with av.open(str(path), "w") as container:
         stream = container.add_stream(CODECS[codec], rate=fps)
+        assert isinstance(stream, av.video.stream.VideoStream)
         stream.width, stream.height = width, height
         stream.pix_fmt = "yuv420p"
         stream.time_base = Fraction(1, fps)
-        options = {"preset": "ultrafast"}
+        options: dict[str, object] = {"preset": "ultrafast"}
         if codec == "hevc":
             options["x265-params"] = "log-level=error"
         if gop is not None:
