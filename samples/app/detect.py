@@ -320,8 +320,13 @@ def run(args: argparse.Namespace, open_detector: OpenDetector, stop: threading.E
     shown = ", ".join(source.shown for source in stream_sources(args))
     with open_detector(args) as detector, Watcher(stream_sources(args), detector) as watcher:
         log.info("model %s on %s; source %s", args.model, detector.label, shown)
+
         # SIGTERM (the `stop` event) ends the watch: frames in flight finish, then the summary.
-        threading.Thread(target=lambda: (stop.wait(), watcher.stop()), daemon=True).start()
+        def stop_on_signal() -> None:
+            stop.wait()
+            watcher.stop()
+
+        threading.Thread(target=stop_on_signal, daemon=True).start()
         meter = FpsMeter(interval_s=args.log_every, started=clock())
         labels: list[tuple[str, ...] | None] = []  # fitted to the model on the first result
         dropped = 0
