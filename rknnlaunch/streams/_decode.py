@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,10 +72,26 @@ def open_container(url: str, options: OpenOptions) -> Any:
         fmt, target = "video4linux2", device_path(url)
     else:
         target = str(file_path(url))
+    started = time.monotonic()
     try:
         return av.open(target, format=fmt, options=opts, timeout=(options.open_timeout, options.read_timeout))
     except Exception as exc:
+        # FFmpeg reports a timeout as whatever its protocol made of it (often "Invalid data"):
+        # the clock says what it was.
+        if kind != "file" and time.monotonic() - started >= 0.9 * min(
+            options.open_timeout, options.read_timeout
+        ):
+            raise timeout_failure("open") from None
         raise describe_failure(exc, kind, opening=True) from None
+
+
+def timeout_failure(what: str) -> SourceFailure:
+    """The failure of an open or read that got no answer in time (reconnecting may help)."""
+    return SourceFailure(
+        f"no answer within the timeout ({what})",
+        "check that the camera is on and reachable from this pod",
+        retry=True,
+    )
 
 
 def describe_failure(exc: BaseException, kind: str, opening: bool) -> SourceFailure:
@@ -88,13 +105,14 @@ def describe_failure(exc: BaseException, kind: str, opening: bool) -> SourceFail
     live = kind not in ("file",)
     http_code = _http_code(exc, errors)
     if http_code in (401, 403):
+        status = "401 Unauthorized" if http_code == 401 else "403 Forbidden"
         return SourceFailure(
-            f"the server refused the credentials ({http_code}): {text}",
+            f"the server refused the credentials ({status})",
             "set the user and password: in the URL, as ${ENV} in it, or in --credentials-file",
         )
     if http_code == 404:
         return SourceFailure(
-            f"the server has no such stream (404): {text}",
+            "the server has no such stream (404 Not Found)",
             "check the path after the host (the camera's manual lists its stream paths)",
         )
     if isinstance(exc, FileNotFoundError) and not live:
@@ -109,11 +127,7 @@ def describe_failure(exc: BaseException, kind: str, opening: bool) -> SourceFail
             "check the file: ffprobe FILE; re-copy it if it was cut short",
         )
     if isinstance(exc, (errors.ExitError, TimeoutError)) or _errno(exc) == errno.ETIMEDOUT:
-        return SourceFailure(
-            f"no answer within the timeout ({'open' if opening else 'read'})",
-            "check that the camera is on and reachable from this pod",
-            retry=True,
-        )
+        return timeout_failure("open" if opening else "read")
     if isinstance(exc, (ConnectionError, OSError, errors.FFmpegError)):
         if live:
             return SourceFailure(

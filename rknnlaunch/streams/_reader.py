@@ -23,6 +23,7 @@ from ._decode import (
     hardware_context,
     open_container,
     software_context,
+    timeout_failure,
 )
 from ._results import StreamEvent, StreamStats
 from ._sources import PlannedSource, Redactor
@@ -108,6 +109,7 @@ class StreamReader:
         self._clock: tuple[float, float] | None = None
         self._next_due: float | None = None
         self._said_decoder = False
+        self._last_packet = 0.0
         self._thread = threading.Thread(target=self._run, name=f"rknnlaunch-stream-{self.name}", daemon=True)
 
     # --- the scheduler's side -----------------------------------------------------------------
@@ -216,11 +218,14 @@ class StreamReader:
                 failures = 1 if went_live.is_set() else failures + 1
                 ever_live = ever_live or went_live.is_set()
                 reason = _line(failure.problem, failure.fix)
-                limit = policy.retries if ever_live else policy.connect_attempts
                 if not failure.retry:
                     self._set_state("failed", reason)
                     return
-                if limit is not None and failures > limit:
+                if ever_live:
+                    give_up = policy.retries is not None and failures > policy.retries
+                else:
+                    give_up = failures >= policy.connect_attempts
+                if give_up:
                     self._set_state("failed", f"gave up after {failures} failed attempts: {reason}")
                     return
                 if went_live.is_set() and failure.problem.startswith("no answer"):
@@ -254,12 +259,18 @@ class StreamReader:
             self._policy.open_timeout, self._policy.stall_timeout, self._policy.rtsp_transport
         )
         container = open_container(self.planned.url, options)
+        self._last_packet = time.monotonic()
         kind = self.source.kind
         try:
             videos = container.streams.video
             if not videos:
                 raise SourceFailure("it has no video stream", "give a video source")
             stream = videos[0]
+            if stream.codec_context is None:  # FFmpeg knows no decoder for the stream's codec tag
+                raise SourceFailure(
+                    "its video codec has no decoder in this PyAV (FFmpeg)",
+                    "transcode it to H.264: ffmpeg -i IN -c:v libx264 OUT.mp4",
+                )
             codec = stream.codec_context.name
             hardware, why = choose_decoder(codec, av.codecs_available, self._host_root)
             context = software_context(stream)
@@ -290,6 +301,11 @@ class StreamReader:
         except SourceFailure:
             raise
         except Exception as exc:
+            if (
+                self.source.is_live
+                and time.monotonic() - self._last_packet >= 0.9 * self._policy.stall_timeout
+            ):
+                raise timeout_failure("read") from None
             raise describe_failure(exc, kind, opening=False) from None
         finally:
             with contextlib.suppress(Exception):  # closing a broken connection: nothing left to do
@@ -303,6 +319,7 @@ class StreamReader:
         gop: float | None = None
         corrupt_in_a_row = 0
         for packet in container.demux(stream):
+            self._last_packet = time.monotonic()
             if self._stop.is_set():
                 return
             if packet.is_corrupt:

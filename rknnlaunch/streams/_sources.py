@@ -262,7 +262,8 @@ def plan_sources(
 ) -> list[PlannedSource]:
     """Names, credentials and the checks that need no decoding, for every source at once.
 
-    A source given twice is watched once (the second gets a problem); a name given twice keeps the
+    A source given twice is watched once (the second gets a problem), unless each has its own
+    explicit name (one video as several streams: a benchmark); a name given twice keeps the
     first; a missing or unreadable file, an unset ``${VAR}``: a problem for that source only."""
     env = os.environ if environ is None else environ
     planned: list[PlannedSource] = []
@@ -285,7 +286,7 @@ def plan_sources(
                 f"stream name {name!r} is given twice ({shown})",
                 "give each source its own --name",
             )
-        elif _identity(url) in seen_urls:
+        elif _identity(url) in seen_urls and source.name is None:
             problem = (
                 f"source {shown} is given twice (already watched as {seen_urls[_identity(url)]!r})",
                 "list each source once",

@@ -96,6 +96,12 @@ class Watcher:
         self._limit = max(1, in_flight if in_flight is not None else DEPTH * max(detector.size, 1))
         self._in_flight = 0
         self._per_stream = dict.fromkeys(range(len(self._readers)), 0)
+        # Results of one stream come out in frame order: a frame finished before an older one of the
+        # same stream waits here for it (at most the stream's frames in flight).
+        self._submitted = dict.fromkeys(range(len(self._readers)), 0)
+        self._emitted = dict.fromkeys(range(len(self._readers)), 0)
+        self._finished_early: dict[tuple[int, int], Any] = {}
+        self._order_lock = threading.Lock()
         self._turn = 0
         self._stopping = False
         self._started = False
@@ -240,52 +246,68 @@ class Watcher:
                         continue
                     self._in_flight += 1
                     self._per_stream[picked] += 1
-                self._submit(picked, reader, *taken)
+                    sequence = self._submitted[picked]
+                    self._submitted[picked] += 1
+                self._submit(picked, sequence, reader, *taken)
         except BaseException as exc:
             self._out.put(_Failure(exc))
         finally:
             self._out.put(_END)
 
-    def _submit(self, position: int, reader: StreamReader, frame: DecodedFrame, dropped: int) -> None:
+    def _submit(
+        self, position: int, sequence: int, reader: StreamReader, frame: DecodedFrame, dropped: int
+    ) -> None:
         try:
             future = self._detector.submit(frame.image, frame.index, dropped)
         except BaseException:
+            self._deliver(position, sequence, None)
             self._release(position)
             raise
-        future.add_done_callback(lambda done: self._finish(position, reader, frame, dropped, done))
+        future.add_done_callback(lambda done: self._finish(position, sequence, reader, frame, dropped, done))
+
+    def _deliver(self, position: int, sequence: int, item: Any) -> None:
+        # Out in submission order per stream (None: a frame that yields nothing).
+        with self._order_lock:
+            self._finished_early[(position, sequence)] = item
+            while (position, self._emitted[position]) in self._finished_early:
+                ready = self._finished_early.pop((position, self._emitted[position]))
+                self._emitted[position] += 1
+                if ready is not None:
+                    self._out.put(ready)
 
     def _finish(
         self,
         position: int,
+        sequence: int,
         reader: StreamReader,
         frame: DecodedFrame,
         dropped: int,
         done: Future[DetectResult],
     ) -> None:
+        item: Any = None
         try:
             error = done.exception()
             if error is not None:
-                self._out.put(_Failure(error))
+                item = _Failure(error)
                 return
             detected = done.result()
             latency_ms = (time.monotonic() - frame.arrival) * 1e3
             reader.record_result(latency_ms)
             image: np.ndarray[Any, Any] | None = frame.image if self._keep_images else None
-            self._out.put(
-                StreamResult(
-                    stream=reader.name,
-                    frame=frame.index,
-                    pts=frame.pts,
-                    arrival=frame.arrival,
-                    latency_ms=latency_ms,
-                    dropped=dropped,
-                    detections=detected.detections,
-                    timings=detected.timings,
-                    context=detected.context,
-                    image=image,
-                )
+            item = StreamResult(
+                stream=reader.name,
+                frame=frame.index,
+                pts=frame.pts,
+                arrival=frame.arrival,
+                latency_ms=latency_ms,
+                dropped=dropped,
+                detections=detected.detections,
+                timings=detected.timings,
+                context=detected.context,
+                image=image,
             )
         finally:
+            self._deliver(position, sequence, item)
             self._release(position)
 
     def _release(self, position: int) -> None:
