@@ -103,10 +103,12 @@ def add_observer_options(parser: argparse.ArgumentParser) -> None:
 
 def check_observer_options(args: argparse.Namespace) -> None:
     """The addresses' form, checked with the other options (before anything opens)."""
-    for flag, address in (("--view", args.view), ("--metrics-address", args.metrics_address)):
-        if address is not None:
-            parse_address(address, flag)
-    if args.view is not None and args.view == args.metrics_address:
+    places = [
+        parse_address(address, flag)
+        for flag, address in (("--view", args.view), ("--metrics-address", args.metrics_address))
+        if address is not None
+    ]
+    if len(places) == 2 and places[0] == places[1] and places[0][1] != 0:
         raise UsageError(f"--view and --metrics-address are both {args.view}", "give them different ports")
 
 

@@ -206,3 +206,34 @@ def test_chromium_shows_every_streams_picture(tmp_path: Path) -> None:
     for name, (pixels, width, height) in found.items():
         assert width >= 250 and height >= 180, (name, found)
         assert pixels >= 0.9 * width * height, (name, found)  # one solid block, not scattered pixels
+
+
+def test_watch_with_its_view_port_in_use_stops_before_decoding_with_one_line(
+    tmp_path: Path,
+) -> None:
+    video = solid_video(tmp_path / "red.mp4", COLOURS["red"])
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        watch = WatchProcess(tmp_path, [str(video), "--backend=cpu", f"--view=127.0.0.1:{port}"])
+        try:
+            assert watch.wait(120) == 2
+        finally:
+            watch.kill()
+    errors = watch.stderr_path.read_text()
+    assert errors == (
+        f"rknnlaunch: error: --view 127.0.0.1:{port}: port {port} is in use\n"
+        f"  fix: give --view another port, or stop what listens on {port}\n"
+    )
+    assert watch.stdout_path.read_text() == ""
+
+
+@pytest.mark.parametrize("flag", ["--view", "--metrics-address"])
+def test_watch_with_a_bad_address_stops_before_loading_anything(tmp_path: Path, flag: str) -> None:
+    watch = WatchProcess(tmp_path, [str(tmp_path / "missing.mp4"), f"{flag}=8080"])
+    try:
+        assert watch.wait(120) == 2
+    finally:
+        watch.kill()
+    assert watch.stderr_path.read_text().startswith(f"rknnlaunch: error: {flag} '8080' is not host:port\n")
