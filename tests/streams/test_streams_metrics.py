@@ -4,7 +4,9 @@ source in any output (page, figures, script, frames' headers, metrics, stdout, s
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,3 +189,45 @@ def test_watch_serves_metrics_and_view_and_no_password_appears_anywhere(
         for form in {password, quote(password, safe=""), quote(password)}:
             for where, data in outputs.items():
                 assert form.encode() not in data, (form, where)
+
+
+# --- samples/monitoring: the panels and alerts query what StreamMetrics exports ----------------
+
+MONITORING = Path(__file__).resolve().parents[2] / "samples" / "monitoring"
+STREAM_METRIC = re.compile(r"\brknnlaunch_stream_[a-z_]+\b")
+
+
+def exported_stream_names() -> set[str]:
+    streams = FakeStreams(["door"])
+    served = StreamMetrics("127.0.0.1:0", streams)
+    try:
+        served.on_result(result_for("door", np.zeros((8, 8, 3), np.uint8)))
+        return {name for (name, _) in samples(served.text().decode())}
+    finally:
+        served.close()
+
+
+def test_the_dashboard_has_stream_panels_querying_our_metrics() -> None:
+    dashboard = json.loads((MONITORING / "grafana-dashboard.json").read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    used = {name for expr in exprs for name in STREAM_METRIC.findall(expr)}
+    assert {
+        "rknnlaunch_stream_state",
+        "rknnlaunch_stream_frames_detected_total",
+        "rknnlaunch_stream_frames_dropped_total",
+        "rknnlaunch_stream_latency_seconds_bucket",
+        "rknnlaunch_stream_decode_seconds_total",
+        "rknnlaunch_stream_reconnects_total",
+    } <= used
+    assert used <= exported_stream_names(), used - exported_stream_names()
+    variables = {variable["name"] for variable in dashboard["templating"]["list"]}
+    assert "stream" in variables
+
+
+def test_the_alerts_watch_streams_not_live_and_drops_with_our_metrics() -> None:
+    text = (MONITORING / "prometheusrule.yaml").read_text()
+    exprs = re.findall(r"expr:\s*(.+)", text)
+    used = {name for expr in exprs for name in STREAM_METRIC.findall(expr)}
+    assert "RknnlaunchStreamNotLive" in text and "RknnlaunchStreamDropsRising" in text
+    assert {"rknnlaunch_stream_state", "rknnlaunch_stream_frames_dropped_total"} <= used
+    assert used <= exported_stream_names(), used - exported_stream_names()
