@@ -88,7 +88,7 @@ class StreamMetrics:
                 "pip install 'rknnlaunch[video]'",
             ) from None
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_StatsCollector(streams))  # type: ignore[arg-type]
+        self.registry.register(_StatsCollector(streams))
         self._latency = Histogram(
             f"{PREFIX}_latency_seconds",
             "From a frame's arrival to its result: the wait for a core plus the detection.",
