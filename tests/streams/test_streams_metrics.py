@@ -148,7 +148,8 @@ def test_watch_serves_metrics_and_view_and_no_password_appears_anywhere(
 
         def scraped_enough() -> dict[Any, float] | None:
             scraped = samples(get(metrics + "/metrics")[2].decode())
-            detected = value(scraped, "rknnlaunch_stream_frames_detected_total", stream="video")
+            # the histogram sees a result when it is yielded, a moment after the counter counted it
+            detected = value(scraped, "rknnlaunch_stream_latency_seconds_count", stream="video")
             failed = [value(scraped, "rknnlaunch_stream_state", stream=n, state="failed") for n in names[1:]]
             return scraped if detected >= 3 and all(failed) else None
 
