@@ -99,6 +99,7 @@ class StreamReader:
         self._emit = emit
         self._wake = wake
         self._lock = threading.Lock()
+        self._taken = threading.Condition(self._lock)  # every_frame: the slot was emptied
         self._slot: DecodedFrame | None = None
         self._pending_dropped = 0
         self._counts = _Counters()
@@ -119,6 +120,8 @@ class StreamReader:
 
     def stop(self) -> None:
         self._stop.set()
+        with self._lock:
+            self._taken.notify_all()
 
     def join(self, timeout: float) -> None:
         if self._thread.is_alive():
@@ -142,6 +145,7 @@ class StreamReader:
         with self._lock:
             frame, dropped = self._slot, self._pending_dropped
             self._slot, self._pending_dropped = None, 0
+            self._taken.notify_all()
         return None if frame is None else (frame, dropped)
 
     def record_result(self, latency_ms: float) -> None:
@@ -210,6 +214,7 @@ class StreamReader:
                 self._set_state("connecting" if first else "reconnecting", reason)
             first, looping = False, False
             went_live = threading.Event()
+            decoded_before = self._counts.decoded
             try:
                 self._session(went_live)
             except SourceFailure as failure:
@@ -250,6 +255,13 @@ class StreamReader:
                 self._next_due = None
                 looping = True  # a loop is no reconnect and no state change
                 continue
+            if self._counts.decoded == decoded_before:
+                self._set_state(
+                    "failed",
+                    "no frame could be decoded (not a video or image, or its data is corrupt); "
+                    "fix: check the file: ffprobe FILE",
+                )
+                return
             self._set_state("ended", "end of file")
             return
 
@@ -377,7 +389,7 @@ class StreamReader:
     def _deliver(self, frame: Any, interval: float | None, decode_s: float) -> None:
         pts = frame.time
         pts_s = float(pts) if pts is not None else None
-        if self.source.realtime if self.source.realtime is not None else not self.source.is_live:
+        if self.source.paced:
             self._pace(pts_s)
         now = time.monotonic()
         with self._lock:
@@ -399,6 +411,8 @@ class StreamReader:
         arrival = time.monotonic()
         with self._lock:
             self._counts.decode_s += spent
+            if self.source.every_frame:  # wait for a core rather than drop
+                self._taken.wait_for(lambda: self._slot is None or self._stop.is_set())
             if self._slot is not None:
                 self._counts.dropped += 1
                 self._pending_dropped += 1

@@ -36,6 +36,8 @@ class StreamResult:
     timings: StageTimings
     context: str
     """The runtime context that ran it (``NPU rk3588 core 1 (mask 2)``, ``CPU ...``)."""
+    class_count: int | None = None
+    """How many classes the model's outputs carry (`rknnlaunch.DetectResult.class_count`)."""
     image: np.ndarray[Any, Any] | None = field(default=None, repr=False, compare=False)
     """The decoded BGR frame (what a live view draws the detections on)."""
 

@@ -304,6 +304,7 @@ class Watcher:
                 detections=detected.detections,
                 timings=detected.timings,
                 context=detected.context,
+                class_count=detected.class_count,
                 image=image,
             )
         finally:

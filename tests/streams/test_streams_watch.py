@@ -261,3 +261,16 @@ def test_observers_see_every_item_and_a_broken_one_is_logged_once(
     assert kinds["StreamEvent"] == 3 and kinds["StreamResult"] == stats[name].detected
     assert Broken.calls == stats[name].detected
     assert len([r for r in caplog.records if "observer" in r.getMessage()]) == 1
+
+
+def test_every_frame_waits_for_a_core_instead_of_dropping(
+    clip: ClipMaker, detector_factory: DetectorFactory
+) -> None:
+    source = clip("h264", (320, 180), frames=25)
+    with Watcher(
+        [Source(str(source), every_frame=True)], detector_factory(20.0, cores=[0]), in_flight=1
+    ) as watcher:
+        results, _ = collect(watcher)
+        figures = watcher.stats()[source.stem]
+    assert [r.frame for r in results] == list(range(25))
+    assert figures.detected == figures.decoded == 25 and figures.dropped == 0
