@@ -9,8 +9,8 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,8 @@ class _Stream:
     """(frame index, JPEG) of the newest result encoded so far."""
     state: str = "connecting"
     reason: str = ""
-    times: deque[float] | None = None
+    times: deque[float] = field(default_factory=lambda: deque(maxlen=256))
+    """When its recent results came (`time.monotonic()`), for the view's FPS."""
 
 
 class LiveView:
@@ -56,7 +57,7 @@ class LiveView:
     ) -> None:
         self._cv2 = opencv()
         self._watched = streams
-        self._streams = [_Stream(name, times=deque(maxlen=256)) for name in streams.names]
+        self._streams = [_Stream(name) for name in streams.names]
         self._by_name = {stream.name: stream for stream in self._streams}
         self._lock = threading.Lock()
         self._refresh_ms = refresh_ms
@@ -88,7 +89,6 @@ class LiveView:
             return
         with self._lock:
             stream.result = result
-            assert stream.times is not None
             stream.times.append(time.monotonic())
 
     def on_event(self, event: StreamEvent) -> None:
@@ -133,7 +133,7 @@ class LiveView:
                         "state": figures.state if figures else stream.state,
                         "reason": stream.reason,
                         "decoder": figures.decoder if figures else "",
-                        "fps": round(_recent_fps(stream.times or (), now), 1),
+                        "fps": round(_recent_fps(stream.times, now), 1),
                         "decoded": figures.decoded if figures else 0,
                         "detected": figures.detected if figures else 0,
                         "dropped": figures.dropped if figures else 0,
@@ -177,7 +177,7 @@ class LiveView:
         return bytes(data)
 
 
-def _recent_fps(times: Sequence[float] | deque[float], now: float) -> float:
+def _recent_fps(times: Iterable[float], now: float) -> float:
     recent = [t for t in times if now - t <= FPS_WINDOW_SECONDS]
     if len(recent) < 2:
         return 0.0

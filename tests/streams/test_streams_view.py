@@ -108,6 +108,8 @@ def test_a_frame_is_the_newest_result_drawn_and_a_placeholder_before(
     # a big frame is scaled down before encoding
     served.on_result(result_for("door", np.zeros((1080, 1920, 3), np.uint8), frame=4))
     assert decode_jpeg(get(base + "/frame/0.jpg")[2]).shape == (720, 1280, 3)
+    assert served.figures()[0]["fps"] > 0  # two results within the FPS window
+    assert served.figures()[1]["fps"] == 0 and served.figures()[1]["frame"] is None
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
