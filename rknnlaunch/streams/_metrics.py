@@ -1,7 +1,8 @@
 """Prometheus metrics of a watch (``watch --metrics-address ADDR``), per stream, in the exporter's
 style (``rknnlaunch_stream_*``, counters ``_total``, seconds): frames decoded, detected, dropped and
-skipped, corrupt packets, reconnects, decode time, state, latency histogram. Label ``stream`` is
-the stream's name, never its URL. prometheus-client (the ``video`` extra) is imported here only."""
+skipped, corrupt packets, reconnects, decode and conversion time, state, latency histogram. Label
+``stream`` is the stream's name, never its URL. prometheus-client (the ``video`` extra) is imported
+here only."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ class _StatsCollector:
         skipped = counter("frames_skipped", "Frames not detected because of the stream's rate (not dropped).")
         corrupt = counter("corrupt_packets", "Packets the decoder rejected.")
         reconnects = counter("reconnects", "Times the source was reopened.")
-        decode = counter("decode_seconds", "Time spent decoding (and converting) frames.")
+        decode = counter("decode_seconds", "Time spent decoding frames.")
+        convert = counter("convert_seconds", "Time spent converting detected frames to BGR.")
         state = GaugeMetricFamily(
             f"{PREFIX}_state",
             "1 for the stream's current state, 0 for the others.",
@@ -65,10 +67,11 @@ class _StatsCollector:
             corrupt.add_metric([name], float(figures.corrupt))
             reconnects.add_metric([name], float(figures.reconnects))
             decode.add_metric([name], figures.decode_ms * figures.decoded / 1e3)
+            convert.add_metric([name], figures.convert_ms * figures.detected / 1e3)
             for each in STATES:
                 state.add_metric([name, each], 1.0 if figures.state == each else 0.0)
             info.add_metric([name, figures.decoder], 1.0)
-        yield from (decoded, detected, dropped, skipped, corrupt, reconnects, decode, state, info)
+        yield from (decoded, detected, dropped, skipped, corrupt, reconnects, decode, convert, state, info)
 
 
 class StreamMetrics:

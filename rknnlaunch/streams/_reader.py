@@ -56,12 +56,21 @@ class Policy:
 
 @dataclass
 class DecodedFrame:
-    """The newest decoded frame of a stream, waiting for a core."""
+    """The newest decoded frame of a stream, waiting for a core. ``picture`` is the decoder's
+    frame: converted to BGR only when a core takes it (`bgr`), so a dropped frame costs no
+    conversion."""
 
-    image: np.ndarray[Any, Any]
+    picture: Any
     index: int
     pts: float | None
     arrival: float
+
+    def bgr(self) -> np.ndarray[Any, Any]:
+        """The frame as a BGR uint8 H x W x 3 array (what the detector takes)."""
+        if isinstance(self.picture, np.ndarray):
+            return self.picture
+        image: np.ndarray[Any, Any] = self.picture.to_ndarray(format="bgr24")
+        return image
 
 
 @dataclass
@@ -73,6 +82,7 @@ class _Counters:
     reconnects: int = 0
     corrupt: int = 0
     decode_s: float = 0.0
+    convert_s: float = 0.0
     first_live: float | None = None
     latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCIES_KEPT))
 
@@ -148,6 +158,10 @@ class StreamReader:
             self._taken.notify_all()
         return None if frame is None else (frame, dropped)
 
+    def record_conversion(self, seconds: float) -> None:
+        with self._lock:
+            self._counts.convert_s += seconds
+
     def record_result(self, latency_ms: float) -> None:
         with self._lock:
             self._counts.detected += 1
@@ -168,6 +182,7 @@ class StreamReader:
                 reconnects=counts.reconnects,
                 corrupt=counts.corrupt,
                 decode_ms=counts.decode_s * 1e3 / counts.decoded if counts.decoded else 0.0,
+                convert_ms=counts.convert_s * 1e3 / counts.detected if counts.detected else 0.0,
                 seconds=0.0 if counts.first_live is None else now - counts.first_live,
                 latencies_ms=tuple(counts.latencies_ms),
             )
@@ -296,7 +311,9 @@ class StreamReader:
                 self._said_decoder = True
                 log.info("stream %s: %s", self.name, why)
             fps = float(stream.average_rate or stream.guessed_rate or 0)
-            live_reason = f"{context.width}x{context.height} {codec}" + (f" {fps:g} fps" if fps else "")
+            live_reason = f"{stream.codec_context.width}x{stream.codec_context.height} {codec}" + (
+                f" {fps:g} fps" if fps else ""
+            )
             live_reason += f", {why}"
             rate = self.source.rate
             if rate is not None and fps and rate > fps:
@@ -405,18 +422,14 @@ class StreamReader:
                 return
             # Evenly spaced on the stream's own clock; a jump (a loop, a gap) restarts the spacing.
             self._next_due = (moment if due is None or abs(moment - due) > interval * 2 else due) + interval
-        started = time.perf_counter()
-        image = frame.to_ndarray(format="bgr24")
-        spent = time.perf_counter() - started
         arrival = time.monotonic()
         with self._lock:
-            self._counts.decode_s += spent
             if self.source.every_frame:  # wait for a core rather than drop
                 self._taken.wait_for(lambda: self._slot is None or self._stop.is_set())
             if self._slot is not None:
                 self._counts.dropped += 1
                 self._pending_dropped += 1
-            self._slot = DecodedFrame(image, index, pts_s, arrival)
+            self._slot = DecodedFrame(frame, index, pts_s, arrival)
         self._wake()
 
     def _pace(self, pts: float | None) -> None:

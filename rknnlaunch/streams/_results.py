@@ -100,11 +100,13 @@ class StreamStats:
     corrupt: int
     """Packets the decoder rejected."""
     decode_ms: float
-    """Mean decode (and colour conversion) time per decoded frame."""
+    """Mean decode time per decoded frame."""
     seconds: float
     """Since the stream was first live."""
     latencies_ms: tuple[float, ...] = field(repr=False, default=())
     """The most recent latencies (up to 4096), for percentiles and histograms."""
+    convert_ms: float = 0.0
+    """Mean conversion to BGR per detected frame (frames dropped are never converted)."""
 
     @property
     def fps(self) -> float:
@@ -136,6 +138,7 @@ class StreamStats:
                 "p50_ms": None if p50 is None else round(p50, 1),
                 "p99_ms": None if p99 is None else round(p99, 1),
                 "decode_ms": round(self.decode_ms, 2),
+                "convert_ms": round(self.convert_ms, 2),
             },
         }
 

@@ -47,6 +47,7 @@ def stats_for(name: str, **values: Any) -> StreamStats:
         "reconnects": 0,
         "corrupt": 0,
         "decode_ms": 0.0,
+        "convert_ms": 0.0,
         "seconds": 0.0,
     }
     base.update(values)

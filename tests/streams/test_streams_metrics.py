@@ -58,6 +58,7 @@ def test_every_stream_has_every_series_from_the_first_scrape(
             "corrupt_packets_total",
             "reconnects_total",
             "decode_seconds_total",
+            "convert_seconds_total",
             "latency_seconds_count",
         ):
             assert value(scraped, f"rknnlaunch_stream_{name}", stream=stream) == 0
@@ -84,6 +85,7 @@ def test_the_figures_and_the_latencies_are_scraped(metrics: tuple[StreamMetrics,
         reconnects=2,
         corrupt=1,
         decode_ms=4.0,
+        convert_ms=1.0,
     )
     image = np.zeros((32, 32, 3), np.uint8)
     for latency in (15.0, 25.0, 400.0):
@@ -96,6 +98,7 @@ def test_the_figures_and_the_latencies_are_scraped(metrics: tuple[StreamMetrics,
     assert value(scraped, "rknnlaunch_stream_reconnects_total", stream="door") == 2
     assert value(scraped, "rknnlaunch_stream_corrupt_packets_total", stream="door") == 1
     assert value(scraped, "rknnlaunch_stream_decode_seconds_total", stream="door") == pytest.approx(0.4)
+    assert value(scraped, "rknnlaunch_stream_convert_seconds_total", stream="door") == pytest.approx(0.04)
     assert value(scraped, "rknnlaunch_stream_state", stream="door", state="live") == 1
     assert value(scraped, "rknnlaunch_stream_state", stream="door", state="connecting") == 0
     assert value(scraped, "rknnlaunch_stream_info", stream="door", decoder="software h264") == 1
