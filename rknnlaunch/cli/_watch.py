@@ -21,11 +21,14 @@ from ..runtime import BACKENDS, RknnLiteFactory
 from ..settings import NpuSettings, load_settings
 from ..streams import (
     CREDENTIALS_ENV,
+    LiveView,
     Policy,
     Source,
+    StreamMetrics,
     StreamObserver,
     Watcher,
     check_rate,
+    parse_address,
     read_credentials,
 )
 
@@ -83,15 +86,52 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def add_observer_options(parser: argparse.ArgumentParser) -> None:
-    """Options of the observers (``--view ADDR``, ``--metrics-address ADDR``): none yet."""
+    """Options of the observers (``--view ADDR``, ``--metrics-address ADDR``); no default address."""
+    parser.add_argument(
+        "--view",
+        metavar="ADDR",
+        help="serve a live view (each stream's newest annotated frame, FPS, drops, state; read-only) "
+        "on host:port, e.g. 127.0.0.1:8080 (this machine) or :8080 (all interfaces)",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        metavar="ADDR",
+        help="serve Prometheus metrics per stream at /metrics on host:port, e.g. :9102",
+    )
+
+
+def check_observer_options(args: argparse.Namespace) -> None:
+    """The addresses' form, checked with the other options (before anything opens)."""
+    places = [
+        parse_address(address, flag)
+        for flag, address in (("--view", args.view), ("--metrics-address", args.metrics_address))
+        if address is not None
+    ]
+    if len(places) == 2 and places[0] == places[1] and places[0][1] != 0:
+        raise UsageError(f"--view and --metrics-address are both {args.view}", "give them different ports")
 
 
 def open_observers(
     args: argparse.Namespace, watcher: Watcher, stack: contextlib.ExitStack
 ) -> list[StreamObserver]:
-    """The observers the options ask for, started; ``stack`` closes them when the watch ends.
-    Each is a `rknnlaunch.streams.StreamObserver` and may read ``watcher.stats()``."""
-    return []
+    """The observers the options ask for, bound (a port in use fails here, before the watcher
+    starts decoding) and serving; ``stack`` closes them when the watch ends."""
+    observers: list[StreamObserver] = []
+    log = logging.getLogger(LOGGER)
+    if args.view is not None:
+        view = stack.enter_context(LiveView(args.view, watcher))
+        log.info("live view on http://%s/", _shown_address(args.view, view.port))
+        observers.append(view)
+    if args.metrics_address is not None:
+        metrics = stack.enter_context(StreamMetrics(args.metrics_address, watcher))
+        log.info("metrics on http://%s/metrics", _shown_address(args.metrics_address, metrics.port))
+        observers.append(metrics)
+    return observers
+
+
+def _shown_address(address: str, port: int) -> str:
+    host = address.rpartition(":")[0] or "0.0.0.0"
+    return f"{host}:{port}"
 
 
 # --- the command ---------------------------------------------------------------------------------
@@ -116,6 +156,7 @@ def sources_from(args: argparse.Namespace) -> list[Source]:
             f"{len(args.names)} --name for {len(args.sources)} source(s)",
             "give at most one --name per SOURCE, in the same order",
         )
+    check_observer_options(args)
     names: list[str | None] = [*args.names, *[None] * (len(args.sources) - len(args.names))]
     return [
         Source(url, name=name, rate=args.rate, loop=args.loop)

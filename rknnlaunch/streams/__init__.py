@@ -12,6 +12,8 @@ backoff, results and state events in one iterator, passwords masked everywhere (
             print(item.to_json())
         print(watcher.stats())               # StreamStats by stream name
 
+`LiveView` (an HTML page of every stream's newest annotated frame) and `StreamMetrics` (Prometheus)
+are observers serving read-only HTTP where told (``watch --view``, ``--metrics-address``).
 A live view or metrics plug in as a `StreamObserver` (``observers=[...]`` or `Watcher.add_observer`):
 ``on_result(result)`` (``result.image`` is the frame) and ``on_event(event)``, plus `Watcher.stats`.
 PyAV is the ``video`` extra (``pip install 'rknnlaunch[video]'``), imported when a source opens.
@@ -23,8 +25,10 @@ from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from ._decode import HARDWARE_DECODERS, SourceFailure, choose_decoder
+    from ._metrics import StreamMetrics
     from ._reader import Policy
     from ._results import STATES, StreamEvent, StreamObserver, StreamResult, StreamStats
+    from ._serve import WatchedStreams, parse_address
     from ._sources import (
         CREDENTIALS_ENV,
         PlannedSource,
@@ -38,6 +42,7 @@ if TYPE_CHECKING:
         plan_sources,
         read_credentials,
     )
+    from ._view import LiveView
     from ._watcher import FrameDetector, Watcher, watch
 
 _LAZY = {
@@ -61,6 +66,10 @@ _LAZY = {
     "mask_url": "._sources",
     "plan_sources": "._sources",
     "read_credentials": "._sources",
+    "StreamMetrics": "._metrics",
+    "WatchedStreams": "._serve",
+    "parse_address": "._serve",
+    "LiveView": "._view",
     "FrameDetector": "._watcher",
     "Watcher": "._watcher",
     "watch": "._watcher",
@@ -73,15 +82,18 @@ __all__ = [
     "HARDWARE_DECODERS",
     "STATES",
     "FrameDetector",
+    "LiveView",
     "PlannedSource",
     "Policy",
     "Redactor",
     "Source",
     "SourceFailure",
     "StreamEvent",
+    "StreamMetrics",
     "StreamObserver",
     "StreamResult",
     "StreamStats",
+    "WatchedStreams",
     "Watcher",
     "add_credentials",
     "check_rate",
@@ -89,6 +101,7 @@ __all__ = [
     "default_name",
     "expand_environment",
     "mask_url",
+    "parse_address",
     "plan_sources",
     "read_credentials",
     "watch",
