@@ -91,6 +91,7 @@ def test_positionals_complete_files_run_completes_commands_and_target_socs(bash_
         "model/inspect": "file",
         "convert": "file",
         "validate": "file",
+        "watch": "file",  # its SOURCEs: files (URLs are typed)
     }
 
 
