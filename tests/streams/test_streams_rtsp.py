@@ -52,8 +52,14 @@ def test_rtsp_credentials_from_env_and_file_and_failures_that_need_a_fix(
         environ={"CAM_PW": PASSWORD},
         credentials={"127.0.0.1": ("admin", PASSWORD)},
     ) as watcher:
-        for item in watcher.results(duration=4.0):
+        # until both good streams have results and both bad ones have failed (events, not a fixed
+        # 4 s that load can eat); the bound only stops a hang
+        for item in watcher.results(duration=90.0):
             items.append(item)
+            now = watcher.stats()
+            failed_now = {i.stream for i in items if isinstance(i, StreamEvent) and i.event == "failed"}
+            if now["env"].detected and now["netrc"].detected and len(failed_now) >= 2:
+                break
         stats = watcher.stats()
     events = [item for item in items if isinstance(item, StreamEvent)]
     assert stats["env"].detected > 0 and stats["netrc"].detected > 0

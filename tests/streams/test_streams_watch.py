@@ -77,7 +77,10 @@ def test_streams_take_turns_on_busy_cores(clip: ClipMaker, detector_factory: Det
     source = clip("h264", (320, 180), frames=50)
     sources = [Source(str(source), name=f"cam{i}", loop=True) for i in range(3)]
     with Watcher(sources, detector_factory(30.0, cores=[0]), in_flight=1) as watcher:
-        collect(watcher, duration=2.5)
+        # until the three have had 30 turns between them (an event, not 2.5 s that load can eat)
+        for _ in watcher.results(120.0):
+            if sum(s.detected for s in watcher.stats().values()) >= 30:
+                break
         stats = watcher.stats()
     detected = [stats[f"cam{i}"].detected for i in range(3)]
     assert min(detected) > 0 and max(detected) <= 1.5 * min(detected), detected
@@ -106,8 +109,14 @@ def test_a_rate_spaces_detections_evenly_and_skips_decoding_where_it_can(
 
 def test_a_looping_file_never_ends(clip: ClipMaker, detector_factory: DetectorFactory) -> None:
     source = clip("h264", (320, 180), frames=10, fps=25)
+    results: list[StreamResult] = []
+    events: list[StreamEvent] = []
     with Watcher([Source(str(source), loop=True)], detector_factory()) as watcher:
-        results, events = collect(watcher, duration=1.5)
+        # until a frame past the file's end is detected (an event); the bound only stops a hang
+        for item in watcher.results(60.0):
+            (results if isinstance(item, StreamResult) else events).append(item)
+            if results and results[-1].frame >= 20:
+                break
     assert states(events, source.stem) == ["connecting", "live"]
     assert max(r.frame for r in results) >= 20  # past the 10 frames of the file
 
