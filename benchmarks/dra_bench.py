@@ -143,8 +143,8 @@ class Bench:
 
     def components(self, calls: int = 500) -> dict[str, float]:
         """Where a prepare's time goes, on this machine now: one API read, one fsynced file write."""
-        from rknpu_device_plugin import write_atomic
         from rknpu_dra_driver._kube import KubeApi
+        from rknpu_serverkit import write_atomic
 
         api = KubeApi(str(self.settings.kubeconfig), 5.0)
         api.connect()

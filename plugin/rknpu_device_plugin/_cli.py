@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from rknnlaunch import UsageError, __version__
 from rknnlaunch.npu import HostRoot, soc_by_name
+from rknpu_node import NullEvents, PluginEvents, TeeEvents, cdi_spec
 from rknpu_serverkit import (
     ActorGroup,
     check_host_root,
@@ -22,16 +23,14 @@ from rknpu_serverkit import (
     closing_actor,
     parse_address,
     server_main,
+    write_atomic,
 )
 
-from ._events import NullEvents, PluginEvents, TeeEvents
-from ._files import write_atomic
 from ._log import LOGGER_NAME, get_logger, setup_logging
 from ._settings import PluginSettings, build_parser, settings_from
-from .devices import cdi_spec
 
 if TYPE_CHECKING:
-    from .devices import ResourceManager
+    from rknpu_node import ResourceManager
 
 PROG = "rknpu-device-plugin"
 SHUTDOWN_JOIN_SECONDS = 1.5
@@ -109,8 +108,10 @@ def _serve(
 ) -> int:
     """Scan, then run the plugin's actors until a signal (or the first actor's end) stops them all."""
     # gRPC is imported here, not at module level, so `--help` and bad settings answer fast.
-    from .devices import ResourceManager
-    from .kubelet import DevicePluginService, Endpoint, KubeletRegistration, Supervisor
+    from rknpu_node import ResourceManager
+    from rknpu_serverkit import Endpoint, Supervisor
+
+    from .kubelet import DevicePluginService, KubeletRegistration
 
     resources = ResourceManager(
         host,
@@ -198,7 +199,8 @@ def _serve(
 
     group.add(lambda: resources.run(stop), stop_health, name="health")
     if settings.probe_model is not None:
-        from .devices import ProbeLoop, ProbeRunner
+        from rknpu_node import ProbeLoop, ProbeRunner
+
         from .telemetry import held_cores_asker
 
         probe = ProbeLoop(

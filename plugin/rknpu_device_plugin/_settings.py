@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode
 
+from rknpu_node import DEFAULT_RESOURCE_NAME
 from rknpu_serverkit import (
     LOG_FORMATS,
     LOG_LEVELS,
@@ -27,7 +28,6 @@ from rknpu_serverkit import (
 )
 
 from ._env import ENV_PREFIX
-from .devices import DEFAULT_RESOURCE_NAME
 from .telemetry import DEFAULT_POD_RESOURCES_SOCKET
 
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rknnlaunch.npu import format_cores
-from rknpu_device_plugin.devices import device_cores
+from rknpu_node import device_cores
 
 from ._claims import PreparedClaim
 

@@ -13,14 +13,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from rknnlaunch.npu import NpuInfo, format_cores, is_runnable, runnable_groups
-from rknpu_device_plugin import write_atomic
-from rknpu_device_plugin.devices import (
+from rknpu_node import (
     NodeExtras,
     cdi_spec,
     container_plan,
     device_cores,
     with_minimum_version,
 )
+from rknpu_serverkit import write_atomic
 
 from ._claims import AllocatedDevice, ClaimRef, PreparedClaim
 

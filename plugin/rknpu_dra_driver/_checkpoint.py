@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rknnlaunch.npu import HostRoot
-from rknpu_device_plugin import write_atomic
+from rknpu_serverkit import write_atomic
 
 from ._claims import PreparedClaim
 

@@ -8,8 +8,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from rknnlaunch.npu import format_cores
-from rknpu_device_plugin import quote_ids
-from rknpu_device_plugin.devices import cores_of
+from rknpu_node import cores_of
+from rknpu_serverkit import quote_ids
 
 
 class ClaimError(ValueError):

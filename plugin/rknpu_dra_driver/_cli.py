@@ -20,7 +20,7 @@ from ._slices import NodeFacts
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from rknpu_device_plugin.devices import ResourceManager
+    from rknpu_node import ResourceManager
 
     from ._kube import KubeApi
     from ._store import ClaimStore
@@ -135,8 +135,7 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
     api.check_config()
     api_built = start_api_client(api)  # a client that cannot be built stops the driver (its task below)
 
-    from rknpu_device_plugin import NullEvents
-    from rknpu_device_plugin.devices import ResourceManager
+    from rknpu_node import NullEvents, ResourceManager
 
     from ._checkpoint import boot_id
     from ._grpc import KubeletServers
@@ -226,7 +225,7 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
         )
         servers.start()
         if metrics.registry is not None and settings.metrics_address:
-            from rknpu_device_plugin.telemetry import MetricsServer
+            from rknpu_serverkit import MetricsServer
 
             def ready() -> bool:
                 """/readyz: the kubelet registered us and the first slice is up; a rolling update
@@ -279,10 +278,9 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
 def _probe_actor(
     settings: DraSettings, resources: ResourceManager, store: ClaimStore
 ) -> tuple[Callable[[], None], Callable[[], None]]:
-    """The device plugin's per-core probe on the free cores (a prepared claim's cores are its
+    """The node's per-core probe on the free cores (a prepared claim's cores are its
     pod's): its verdicts feed the ResourceManager, so the slice and the health stream follow."""
-    from rknpu_device_plugin import NullEvents
-    from rknpu_device_plugin.devices import ProbeLoop, ProbeRunner
+    from rknpu_node import NullEvents, ProbeLoop, ProbeRunner
 
     def held() -> set[int]:
         return {core for claim in store.claims.values() for core in claim.cores}

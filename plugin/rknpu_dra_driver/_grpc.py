@@ -1,4 +1,4 @@
-"""The kubelet side: the Registration server (plugins_registry), served by the device plugin's
+"""The kubelet side: the Registration server (plugins_registry), served by the kit's
 `Supervisor` (which serves it again when its socket is removed or replaced), and on the driver's
 own socket the DRAPlugin v1 + v1beta1 services (gRPC messages into `ClaimStore` calls and back)
 and DRAResourceHealth v1alpha1 + v1 (the `HealthBoard`'s records)."""
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +16,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from rknpu_device_plugin.kubelet import Endpoint, Supervisor
+from rknpu_serverkit import Endpoint, Supervisor, socket_answers
 
 from ._claims import ClaimRef, PreparedClaim
 from ._health import CHECK_TIMEOUT_S, HealthBoard
@@ -210,21 +209,10 @@ class _ServedForDiscovery:
         return None
 
 
-def _answers(path: Path) -> bool:
-    """Whether something accepts connections on the unix socket (a dead instance's refuse)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(0.5)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-    return True
-
-
 class KubeletServers:
     """Both servers: the DRA socket is served before the registration socket appears, so the
     kubelet, which dials the endpoint as soon as it sees the registration socket, finds it ready.
-    The registration socket is the device plugin's `Supervisor`'s, on a thread of its own: it
+    The registration socket is the kit's `Supervisor`'s, on a thread of its own: it
     serves the socket and serves it again whenever it is removed or replaced (someone cleaned the
     folder), and the kubelet then registers us again.
 
@@ -278,7 +266,7 @@ class KubeletServers:
         for folder, patterns in folders:
             for pattern in patterns:
                 for path in folder.glob(pattern) if folder.is_dir() else ():
-                    if path in (self.dra_socket, self.registration_socket) or not _answers(path):
+                    if path in (self.dra_socket, self.registration_socket) or not socket_answers(path):
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(path)
                             _log.info(

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from rknpu_device_plugin.devices import DeviceState, ResourceManager, device_cores
+from rknpu_node import DeviceState, ResourceManager, device_cores
 
 from ._slices import SliceLayout, layout_core_sets, set_device_id
 

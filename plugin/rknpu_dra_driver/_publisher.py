@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from rknnlaunch import RknnLaunchError
-from rknpu_device_plugin.devices import DeviceState, ResourceManager
+from rknpu_node import DeviceState, ResourceManager
 
 from ._kube import ApiError, KubeApi
 from ._log import get_logger

@@ -5,7 +5,7 @@ and how to tell that an API server dropped the partitionable fields.
 Both layouts derive from the one core/mask model (`rknnlaunch.npu`: `runnable_core_sets`,
 `context_groups`, `allocation_order`), so RK3588, RK3576 and the single-core NPUs follow from it.
 Device names are the device plugin's IDs (`npu-core-<n>`, and `npu-cores-0-1` for a core set), so
-the cores a name stands for are parsed in one place (`rknpu_device_plugin.devices.device_cores`).
+the cores a name stands for are parsed in one place (`rknpu_node.device_cores`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rknnlaunch.npu import (
     cores_to_mask,
     runnable_core_sets,
 )
-from rknpu_device_plugin.devices import device_cores, device_ids
+from rknpu_node import device_cores, device_ids
 
 MAX_DEVICES_PER_SLICE = 128
 """resource.k8s.io/v1 ResourceSliceMaxDevices (64 when a device consumes counters); an NPU has at

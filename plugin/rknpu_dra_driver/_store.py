@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rknpu_device_plugin.devices import ResourceManager
+from rknpu_node import ResourceManager
 
 from ._booking import conflicting_holders, conflicts
 from ._cdi import (

@@ -21,10 +21,10 @@ from test_dra_allocation import classes, mask, sample_claims
 
 from fakehost import make_host
 from rknnlaunch import RknnLaunchError
-from rknpu_device_plugin.devices import device_cores
 from rknpu_dra_driver import _publisher
 from rknpu_dra_driver._cli import run
 from rknpu_dra_driver._settings import DraSettings
+from rknpu_node import device_cores
 
 PARTITION_FIELDS = ("sharedCounters", "consumesCounters")
 

@@ -241,10 +241,9 @@ def test_a_corrupt_checkpoint_is_refused_and_rebuilt_from_the_cdi_specs(
 
 def test_kill_between_spec_and_checkpoint_loses_nothing(rig: DriverRig) -> None:
     from rknnlaunch.npu import HostRoot
-    from rknpu_device_plugin import NullEvents
-    from rknpu_device_plugin.devices import ResourceManager
     from rknpu_dra_driver._kube import KubeApi
     from rknpu_dra_driver._store import ClaimStore
+    from rknpu_node import NullEvents, ResourceManager
 
     class Killed(BaseException):
         """Stands for kill -9: nothing after the spec's write runs (no except, no finally of ours)."""

@@ -266,8 +266,8 @@ class _Records(logging.Handler):
 
 
 def test_a_deleted_registration_socket_is_served_again(rig: DriverRig) -> None:
-    """By the device plugin's Supervisor: one loop serves both programs' sockets again."""
-    supervisor_log = logging.getLogger("rknpu_device_plugin.lifecycle")
+    """By the kit's Supervisor: one loop serves both programs' sockets again."""
+    supervisor_log = logging.getLogger("rknpu_serverkit.serving")
     records = _Records()
     supervisor_log.addHandler(records)
     try:
@@ -385,12 +385,11 @@ def test_start_to_slice_is_quick(rig: DriverRig) -> None:
 
 def test_a_core_failing_its_probe_reads_unhealthy_within_1_s(rig: DriverRig) -> None:
     from rknnlaunch.npu import HostRoot
-    from rknpu_device_plugin import NullEvents
-    from rknpu_device_plugin.devices import ResourceManager
     from rknpu_dra_driver._grpc import KubeletServers
     from rknpu_dra_driver._health import HealthBoard
     from rknpu_dra_driver._kube import KubeApi
     from rknpu_dra_driver._store import ClaimStore
+    from rknpu_node import NullEvents, ResourceManager
 
     resources = ResourceManager(HostRoot(rig.host_root), NullEvents())
     resources.scan()
@@ -482,11 +481,10 @@ def test_the_light_transport_reads_a_kubeconfig(tmp_path: Any) -> None:
 
 def test_two_instances_share_one_checkpoint_and_nothing_else(rig: DriverRig) -> None:
     from rknnlaunch.npu import HostRoot
-    from rknpu_device_plugin import NullEvents
-    from rknpu_device_plugin.devices import ResourceManager
     from rknpu_dra_driver._claims import ClaimRef
     from rknpu_dra_driver._kube import KubeApi
     from rknpu_dra_driver._store import ClaimStore
+    from rknpu_node import NullEvents, ResourceManager
 
     rig.api.add_claim("default", "c", UID, results("npu-core-1"))
     resources = ResourceManager(HostRoot(rig.host_root), NullEvents())

@@ -14,12 +14,11 @@ import pytest
 
 from fakehost import make_host
 from rknnlaunch.npu import HostRoot
-from rknpu_device_plugin import NullEvents
-from rknpu_device_plugin.devices import ResourceManager
 from rknpu_dra_driver._claims import ClaimRef
 from rknpu_dra_driver._cli import _clean_stale
 from rknpu_dra_driver._kube import ApiError, KubeApi
 from rknpu_dra_driver._store import ClaimStore
+from rknpu_node import NullEvents, ResourceManager
 
 DRIVER = "npu.rockchip.com"
 NODE = "node-a"

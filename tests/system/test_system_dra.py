@@ -20,8 +20,8 @@ import dra_trial
 from test_system_assembled import IMAGES, IMAGES_ENV, MISSING
 
 from rknnlaunch.npu import DeviceNode, NpuInfo, soc_by_name
-from rknpu_device_plugin.devices import device_ids
 from rknpu_dra_driver._slices import NodeFacts, SliceLayout, desired_slices
+from rknpu_node import device_ids
 
 pytestmark = pytest.mark.slow
 SAMPLE = dra_trial.SAMPLES / dra_trial.DEFAULT_SAMPLE

@@ -5,7 +5,6 @@ from typing import TYPE_CHECKING
 from rknnlaunch import lazy_attributes
 
 if TYPE_CHECKING:
-    from ._http import MetricsServer
     from ._plugin_labels import PluginLabels
     from ._podresources import DEFAULT_POD_RESOURCES_SOCKET, held_cores_asker
 
@@ -13,7 +12,6 @@ if TYPE_CHECKING:
 # the package costs nothing.
 _LAZY = {
     "DEFAULT_POD_RESOURCES_SOCKET": "._podresources",
-    "MetricsServer": "._http",
     "PluginLabels": "._plugin_labels",
     "held_cores_asker": "._podresources",
 }
@@ -24,7 +22,6 @@ __getattr__ = lazy_attributes(__name__, _LAZY)
 
 __all__ = [
     "DEFAULT_POD_RESOURCES_SOCKET",
-    "MetricsServer",
     "PluginLabels",
     "held_cores_asker",
 ]

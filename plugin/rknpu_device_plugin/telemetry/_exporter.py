@@ -21,6 +21,7 @@ from pydantic_settings import BaseSettings
 
 from rknnlaunch import RknnLaunchError, __version__
 from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec, soc_by_name
+from rknpu_node import DEFAULT_RESOURCE_NAME, discover_on_node
 from rknpu_serverkit import (
     LOG_FORMATS,
     LOG_LEVELS,
@@ -41,7 +42,6 @@ from rknpu_serverkit import (
 )
 
 from .._log import LOGGER_NAME, setup_logging
-from ..devices import DEFAULT_RESOURCE_NAME, discover_on_node
 from ._nfd import (
     DEFAULT_FEATURES_DIR,
     describe_labels,
@@ -53,7 +53,7 @@ from ._nfd import (
 from ._podresources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesClient
 
 if TYPE_CHECKING:  # prometheus-client loads once the settings are checked (`preflight`)
-    from ._http import MetricsServer
+    from rknpu_serverkit import MetricsServer
 
 ENV_PREFIX = "RKNPU_EXPORTER_"
 PROG = "rknpu-exporter"
@@ -239,8 +239,9 @@ class Exporter:
     def start(self) -> None:
         self.discovery.refresh()
         if self.settings.metrics_address:
+            from rknpu_serverkit import MetricsServer
+
             from ._collector import build_registry
-            from ._http import MetricsServer
 
             self.server = MetricsServer(self.settings.metrics_address, build_registry(self.collector))
 

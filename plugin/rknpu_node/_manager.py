@@ -17,13 +17,12 @@ from typing import Protocol
 
 from rknnlaunch import DiscoveryError
 from rknnlaunch.npu import HostRoot, NpuInfo, SocSpec
+from rknpu_serverkit import FolderWatcher
 
-from .._env import ENV_PREFIX
-from .._events import PluginEvents
-from .._log import get_logger
 from ._discovery import discover_on_node
+from ._events import PluginEvents
+from ._log import ENV_PREFIX, get_logger
 from ._policy import Mode, NodeExtras, device_health, device_ids
-from ._watch import FolderWatcher
 
 _log = get_logger("health")
 

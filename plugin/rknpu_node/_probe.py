@@ -27,13 +27,13 @@ from pathlib import Path
 
 from rknnlaunch.npu import NpuInfo
 
-from .._events import PluginEvents
-from .._log import get_logger
+from ._events import PluginEvents
+from ._log import get_logger
 from ._manager import ResourceManager
 
 _log = get_logger("probe")
 
-CHILD_MODULE = "rknpu_device_plugin.devices._probe_child"
+CHILD_MODULE = "rknpu_node._probe_child"
 # A child killed at its timeout normally dies at once; one stuck in the driver (uninterruptible
 # sleep) may not. Wait this long for it, then leave it: the plugin must go on.
 _KILL_WAIT_SECONDS = 2.0

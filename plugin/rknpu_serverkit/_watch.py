@@ -8,15 +8,14 @@ instances left, or turned off) `wait()` simply times out, so callers re-check on
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from .._log import get_logger
-
-_log = get_logger("watch")
+_log = logging.getLogger("rknpu_serverkit.watch")
 
 
 class FolderWatcher:

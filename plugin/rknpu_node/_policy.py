@@ -22,8 +22,8 @@ from rknnlaunch.npu import (
     runnable_core_sets,
     runnable_groups,
 )
+from rknpu_serverkit import quote_ids
 
-from .._bounded import quote_ids
 from ._cdi import with_minimum_version
 
 Mode = Literal["core", "shared", "whole"]

@@ -1,18 +1,12 @@
-"""Serving and registration lifecycle: our gRPC server on our socket, Register with the kubelet,
-and a supervisor that serves + registers again whenever the kubelet restarts.
+"""Serving a unix socket and supervising a registration: a gRPC (asyncio) server per generation
+on one event-loop thread, and a `Supervisor` that serves, registers, watches the socket's folder and
+serves again (a fresh server, a fresh registration) when its socket is removed or replaced, or when
+its `Registration` strategy says the generation ended. The strategies are the programs': the device
+plugin Registers over kubelet.sock (`rknpu_device_plugin.kubelet`), the DRA driver serves its
+registration socket for the kubelet's plugin watcher (`rknpu_dra_driver.kubelet`).
 
-The `Supervisor` owns "serve a socket, register, watch, serve again": it watches the socket's
-folder (inotify, polling fallback) and starts a new generation (fresh server, fresh registration)
-when its socket is removed or replaced, or when its `Registration` strategy says the generation
-ended. The device plugin's strategy is `KubeletRegistration`: the kubelet deletes every socket in
-the device plugin folder when it starts, then creates a new kubelet.sock, so a generation Registers
-over kubelet.sock and ends when kubelet.sock is re-created. The DRA driver serves its registration
-socket through the same supervisor with a strategy of its own (rknpu_dra_driver._grpc). Device
-logic lives elsewhere (`_service`, `devices/`).
-
-Each generation's server is a `grpc.aio` server on one event loop thread for the process: a
-ListAndWatch stream is a coroutine there and holds no thread, so open streams can never starve
-the unary calls (Allocate, GetPreferredAllocation), which are short coroutines on the same loop.
+Each generation's server is a `grpc.aio` server on one event loop thread for the process: a stream
+is a coroutine there and holds no thread, so open streams can never starve the unary calls.
 """
 
 from __future__ import annotations
@@ -20,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import logging
 import os
 import socket
 import stat
@@ -34,15 +29,8 @@ from typing import Any, Protocol, TypeVar
 import grpc
 import grpc.aio
 
-from .._events import PluginEvents
-from .._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
-from .._kubeapi.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from .._log import get_logger
-from ..devices import FolderWatcher
+from ._watch import FolderWatcher
 
-API_VERSION = "v1beta1"
-KUBELET_SOCKET = "kubelet.sock"
-REGISTER_TIMEOUT = 3.0
 BACKOFF_FIRST = 0.05
 BACKOFF_MAX = 2.0
 # Supervisor re-check period: a safety net under inotify, the detection itself when polling.
@@ -54,7 +42,7 @@ UNARY_WORKERS = 2
 STREAMS_END_SECONDS = 0.3
 """Stopping a generation: how long its streams get to send their final OK before it is cut."""
 
-_log = get_logger("lifecycle")
+_log = logging.getLogger("rknpu_serverkit.serving")
 
 FileId = tuple[int, int]
 
@@ -70,27 +58,25 @@ def file_id(path: Path) -> FileId | None:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where we serve and whom we register with."""
+    """Where we serve (a socket in a folder) and the name we register under: the device plugin's
+    resource name (rockchip.com/npu), the DRA driver's driver name (npu.rockchip.com)."""
 
-    plugin_dir: Path
+    folder: Path
     socket_name: str
-    resource_name: str
+    registered_name: str
 
     @property
     def socket_path(self) -> Path:
-        return self.plugin_dir / self.socket_name
-
-    @property
-    def kubelet_socket(self) -> Path:
-        return self.plugin_dir / KUBELET_SOCKET
+        return self.folder / self.socket_name
 
 
 class SocketBusyError(OSError):
     """Our socket's path is served by a live process."""
 
 
-def _serving(path: Path) -> bool:
-    """Whether something accepts connections on the unix socket at ``path`` (stale ones refuse)."""
+def socket_answers(path: Path) -> bool:
+    """Whether something accepts connections on the unix socket at ``path`` (a dead process's
+    socket refuses)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(0.5)
         try:
@@ -105,16 +91,6 @@ class Servicer(Protocol):
 
     def add_to(self, server: grpc.aio.Server) -> None:
         """Add the services to ``server``."""
-
-    async def end_streams(self, timeout: float) -> None:
-        """End every open stream with status OK; return once each status is sent (or at timeout)."""
-
-
-class StreamingServicer(pb_grpc.DevicePluginServicer):
-    """The device plugin service, which can end its open streams cleanly before a stop."""
-
-    def add_to(self, server: grpc.aio.Server) -> None:
-        pb_grpc.add_DevicePluginServicer_to_server(self, server)
 
     async def end_streams(self, timeout: float) -> None:
         """End every open stream with status OK; return once each status is sent (or at timeout)."""
@@ -179,10 +155,10 @@ class PluginServer:
         # removed, never another plugin's socket, and never one a live process still serves (a
         # second instance during a rollout would otherwise take turns with the first forever).
         if os.path.lexists(self.socket_path):
-            if _serving(self.socket_path):
+            if socket_answers(self.socket_path):
                 raise SocketBusyError(
-                    f"another process serves {self.socket_path} (a second rknpu-device-plugin on this "
-                    "node?); waiting for it to stop"
+                    f"another process serves {self.socket_path} (a second instance on this node?); "
+                    "waiting for it to stop"
                 )
             with contextlib.suppress(FileNotFoundError):
                 self.socket_path.unlink()
@@ -231,31 +207,6 @@ class PluginServer:
         await server.stop(grace)
 
 
-def register(endpoint: Endpoint, wake: threading.Event, stop: threading.Event) -> bool:
-    """Call the kubelet's Registration.Register once; False if stopped first, grpc.RpcError on failure.
-
-    The call runs as a future so a SIGTERM during a slow Register still exits within 2 s: the
-    supervisor's ``wake`` event fires on stop and on the call's completion alike.
-    """
-    request = pb.RegisterRequest(
-        version=API_VERSION,
-        endpoint=endpoint.socket_name,
-        resource_name=endpoint.resource_name,
-        options=pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True),
-    )
-    with grpc.insecure_channel(f"unix://{endpoint.kubelet_socket}") as channel:
-        call = pb_grpc.RegistrationStub(channel).Register.future(request, timeout=REGISTER_TIMEOUT)
-        call.add_done_callback(lambda _call: wake.set())
-        while not call.done():
-            wake.wait()
-            wake.clear()
-            if stop.is_set():
-                call.cancel()  # type: ignore[no-untyped-call]
-                return False
-        call.result()  # raises the RpcError of a failed call
-        return True
-
-
 class Registration(Protocol):
     """The `Supervisor`'s strategy: how a served generation registers, and what besides its own
     socket's removal ends it. Serving, watching and serving again are the supervisor's."""
@@ -269,60 +220,6 @@ class Registration(Protocol):
 
     def restart_reason(self, endpoint: Endpoint) -> str | None:
         """Why the registered generation must end (None while it holds)."""
-
-
-class KubeletRegistration:
-    """The device plugin's strategy: Register over kubelet.sock (waiting for it, retrying a failed
-    call); a re-created kubelet.sock (the kubelet restarted) ends the generation."""
-
-    def __init__(self, events: PluginEvents) -> None:
-        self._events = events
-        self._kubelet_id: FileId | None = None
-        self._last_error = ""
-
-    def register(self, endpoint: Endpoint, wake: threading.Event, stop: threading.Event) -> bool:
-        kubelet_id = file_id(endpoint.kubelet_socket)
-        if kubelet_id is None:
-            if self._last_error != "absent":
-                _log.info(
-                    "waiting for kubelet.sock", extra={"fields": {"path": str(endpoint.kubelet_socket)}}
-                )
-                self._last_error = "absent"
-            return False
-        try:
-            if not register(endpoint, wake, stop):
-                return False
-        except grpc.RpcError as exc:
-            error = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.Call) else str(exc)
-            if error != self._last_error:
-                _log.warning("Register failed; retrying", extra={"fields": {"error": error}})
-                self._last_error = error
-            return False
-        self._kubelet_id = kubelet_id
-        self._last_error = ""  # the next generation's first problem is logged again
-        return True
-
-    def registered(self, endpoint: Endpoint, generation: int, seconds: float) -> None:
-        _log.info(
-            "registered with kubelet",
-            extra={
-                "fields": {
-                    "resource": endpoint.resource_name,
-                    "endpoint": endpoint.socket_name,
-                    "generation": generation,
-                    "seconds": round(seconds, 3),
-                }
-            },
-        )
-        self._events.registered()
-        if generation > 1:
-            self._events.restarted()
-
-    def restart_reason(self, endpoint: Endpoint) -> str | None:
-        current = file_id(endpoint.kubelet_socket)
-        if current is not None and current != self._kubelet_id:
-            return "kubelet.sock was re-created (kubelet restarted)"
-        return None
 
 
 class Supervisor:

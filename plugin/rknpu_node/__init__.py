@@ -1,15 +1,20 @@
-"""Device logic: NPU discovery on the node, device IDs, allocation policy, health (no gRPC here).
+"""rknpu_node: the node's NPU as both servers see it: discovery on the node, device IDs,
+allocation policy, health, the per-core functional probe, the resource manager, CDI edits (no gRPC).
 
-The DRA driver (`rknpu_dra_driver`) shares these with the device plugin: one implementation.
+The device plugin (`rknpu_device_plugin`) and the DRA driver (`rknpu_dra_driver`) both build on
+it (and on `rknpu_serverkit`), never on each other.
 """
 
 from typing import TYPE_CHECKING
 
 from rknnlaunch import lazy_attributes
 
+from ._log import ENV_PREFIX, LAYER_LOGGERS
+
 if TYPE_CHECKING:
     from ._cdi import minimum_cdi_version, with_minimum_version
     from ._discovery import discover_on_node
+    from ._events import NullEvents, PluginEvents, TeeEvents
     from ._manager import DeviceState, ResourceManager
     from ._policy import (
         DEFAULT_RESOURCE_NAME,
@@ -29,7 +34,6 @@ if TYPE_CHECKING:
         whole_device_id,
     )
     from ._probe import HoldersUnknownError, ProbeLoop, ProbeRunner
-    from ._watch import FolderWatcher
 
 # What other layers may use, by defining module; imported on first use (PEP 562), so importing
 # the package costs nothing.
@@ -42,7 +46,9 @@ _LAZY = {
     "ContainerPlan": "._policy",
     "DEFAULT_RESOURCE_NAME": "._policy",
     "DeviceState": "._manager",
-    "FolderWatcher": "._watch",
+    "NullEvents": "._events",
+    "PluginEvents": "._events",
+    "TeeEvents": "._events",
     "HoldersUnknownError": "._probe",
     "Mode": "._policy",
     "ProbeLoop": "._probe",
@@ -65,6 +71,11 @@ __getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [
+    "ENV_PREFIX",
+    "LAYER_LOGGERS",
+    "NullEvents",
+    "PluginEvents",
+    "TeeEvents",
     "check_shared_request",
     "device_ids",
     "device_cores",
@@ -73,7 +84,6 @@ __all__ = [
     "ContainerPlan",
     "DEFAULT_RESOURCE_NAME",
     "DeviceState",
-    "FolderWatcher",
     "HoldersUnknownError",
     "Mode",
     "ProbeLoop",

@@ -1,6 +1,6 @@
 """The functional probe's child process: one inference on one NPU core through rknnlaunch's runtime.
 
-Run by `_probe.ProbeRunner` as ``python -m rknpu_device_plugin.devices._probe_child``, never in the
+Run by `_probe.ProbeRunner` as ``python -m rknpu_node._probe_child``, never in the
 plugin's own process: librknnrt can hang its caller (a wedged core never answers) or crash it, and
 the parent must survive both. The verdict is one JSON object written to the original stdout when
 the child ends; everything else (the runtime's log included) goes to stderr, which the parent
