@@ -15,15 +15,15 @@ from rknpu_serverkit import ActorGroup, closing_actor, server_main
 
 from ._log import LOGGER_NAME, get_logger, setup_logging
 from ._settings import PROG, DraSettings, build_parser, settings_from
-from ._slices import NodeFacts
+from .slices import NodeFacts
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from rknpu_node import ResourceManager
 
-    from ._kube import KubeApi
-    from ._store import ClaimStore
+    from .apiserver import KubeApi
+    from .claims import ClaimStore
 
 SHUTDOWN_JOIN_SECONDS = 1.5
 _log = get_logger()
@@ -126,8 +126,8 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
     driver waits for the node's instance lock first; with one it serves beside others with ids
     (and waits only for one without)."""
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    from . import _instance
-    from ._kube import KubeApi
+    from . import kubelet
+    from .apiserver import KubeApi
 
     # The API client's import is most of a start: it loads on a thread while the rest comes up
     # (discovery, the checkpoint, the sockets: prepared claims need no API).
@@ -137,12 +137,10 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
 
     from rknpu_node import NullEvents, ResourceManager
 
-    from ._checkpoint import boot_id
-    from ._grpc import KubeletServers
-    from ._health import HealthBoard
     from ._metrics import DraMetrics
-    from ._publisher import SlicePublisher
-    from ._store import ClaimStore
+    from .claims import ClaimStore, boot_id
+    from .kubelet import HealthBoard, KubeletServers
+    from .slices import SlicePublisher
 
     host = HostRoot(settings.host_root)
     plugin_dir = settings.resolved_plugin_dir
@@ -164,7 +162,7 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
     lock_stop = threading.Event()
     shared = bool(settings.instance_id)
     waiting.add(
-        lambda: _instance.acquire(plugin_dir, lock_stop, shared=shared), lock_stop.set, name="instance-lock"
+        lambda: kubelet.acquire(plugin_dir, lock_stop, shared=shared), lock_stop.set, name="instance-lock"
     )
     lock: int | None = waiting.run()
     if lock is None:
@@ -270,7 +268,7 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
         if metrics_server is not None:
             metrics_server.stop()
         api.close()
-        _instance.release(lock)
+        kubelet.release(lock)
     _log.info("stopped")
     return 0
 
@@ -310,7 +308,7 @@ def _clean_stale(
     again every ``recheck`` seconds while any remain (a claim the API still had at start may be
     deleted or deallocated later, and the kubelet never unprepares an earlier boot's claim); then
     wait for ``stop`` (an actor that returns would end the group)."""
-    from ._kube import ApiError
+    from .apiserver import ApiError
 
     while not stop.is_set() and not api.wait_ready(1.0):
         pass

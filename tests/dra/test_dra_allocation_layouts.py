@@ -21,9 +21,9 @@ from test_dra_allocation import classes, mask, sample_claims
 
 from fakehost import make_host
 from rknnlaunch import RknnLaunchError
-from rknpu_dra_driver import _publisher
 from rknpu_dra_driver._cli import run
 from rknpu_dra_driver._settings import DraSettings
+from rknpu_dra_driver.slices import _publisher
 from rknpu_node import device_cores
 
 PARTITION_FIELDS = ("sharedCounters", "consumesCounters")

@@ -14,9 +14,9 @@ from drarig import DRIVER, NODE, DriverRig
 from kubeletstub import KubeletStub
 
 from rknnlaunch.npu import DeviceNode, NpuInfo, soc_by_name
-from rknpu_dra_driver._booking import conflicts
-from rknpu_dra_driver._cdi import claim_from_spec, claim_spec
-from rknpu_dra_driver._claims import AllocatedDevice, ClaimRef, PreparedClaim
+from rknpu_dra_driver.claims._booking import conflicts
+from rknpu_dra_driver.claims._cdi import claim_from_spec, claim_spec
+from rknpu_dra_driver.claims._claim import AllocatedDevice, ClaimRef, PreparedClaim
 from rknpu_node import NodeExtras, minimum_cdi_version
 
 UID_A = "0b9a6f44-5c1e-4d0e-9c55-2f0a3c9d1e01"

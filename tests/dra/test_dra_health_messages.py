@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fakehost import make_host
 from rknnlaunch.npu import HostRoot
-from rknpu_dra_driver._health import HealthBoard
+from rknpu_dra_driver.kubelet._health import HealthBoard
 from rknpu_node import NullEvents, ResourceManager
 
 

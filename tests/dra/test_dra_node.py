@@ -222,7 +222,7 @@ def _boot(rig: DriverRig, boot_id: str) -> None:
 def test_after_a_reboot_claims_are_prepared_again_and_gone_ones_cleaned(rig: DriverRig) -> None:
     import json
 
-    from rknpu_dra_driver._checkpoint import CHECKPOINT_NAME
+    from rknpu_dra_driver.claims._checkpoint import CHECKPOINT_NAME
 
     gone_uid = str(uuid.uuid4())
     _boot(rig, "boot-1")
@@ -385,10 +385,10 @@ def test_start_to_slice_is_quick(rig: DriverRig) -> None:
 
 def test_a_core_failing_its_probe_reads_unhealthy_within_1_s(rig: DriverRig) -> None:
     from rknnlaunch.npu import HostRoot
-    from rknpu_dra_driver._grpc import KubeletServers
-    from rknpu_dra_driver._health import HealthBoard
-    from rknpu_dra_driver._kube import KubeApi
-    from rknpu_dra_driver._store import ClaimStore
+    from rknpu_dra_driver.apiserver._api import KubeApi
+    from rknpu_dra_driver.claims._store import ClaimStore
+    from rknpu_dra_driver.kubelet._health import HealthBoard
+    from rknpu_dra_driver.kubelet._servers import KubeletServers
     from rknpu_node import NullEvents, ResourceManager
 
     resources = ResourceManager(HostRoot(rig.host_root), NullEvents())
@@ -439,7 +439,7 @@ def test_the_official_client_transport_publishes_watches_and_prepares(rig: Drive
 
 def test_the_light_transport_reads_a_kubeconfig(tmp_path: Any) -> None:
 
-    from rknpu_dra_driver._rest import light_endpoint
+    from rknpu_dra_driver.apiserver._transports import light_endpoint
 
     (tmp_path / "token").write_text("secret\n")
     config = {
@@ -481,9 +481,9 @@ def test_the_light_transport_reads_a_kubeconfig(tmp_path: Any) -> None:
 
 def test_two_instances_share_one_checkpoint_and_nothing_else(rig: DriverRig) -> None:
     from rknnlaunch.npu import HostRoot
-    from rknpu_dra_driver._claims import ClaimRef
-    from rknpu_dra_driver._kube import KubeApi
-    from rknpu_dra_driver._store import ClaimStore
+    from rknpu_dra_driver.apiserver._api import KubeApi
+    from rknpu_dra_driver.claims._claim import ClaimRef
+    from rknpu_dra_driver.claims._store import ClaimStore
     from rknpu_node import NullEvents, ResourceManager
 
     rig.api.add_claim("default", "c", UID, results("npu-core-1"))
@@ -572,7 +572,7 @@ def test_the_light_transport_speaks_https_with_a_token(tmp_path: Path) -> None:
 
     from fakeapi import FakeApiServer
 
-    from rknpu_dra_driver._kube import KubeApi
+    from rknpu_dra_driver.apiserver._api import KubeApi
 
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(

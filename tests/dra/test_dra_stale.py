@@ -14,10 +14,10 @@ import pytest
 
 from fakehost import make_host
 from rknnlaunch.npu import HostRoot
-from rknpu_dra_driver._claims import ClaimRef
 from rknpu_dra_driver._cli import _clean_stale
-from rknpu_dra_driver._kube import ApiError, KubeApi
-from rknpu_dra_driver._store import ClaimStore
+from rknpu_dra_driver.apiserver._api import ApiError, KubeApi
+from rknpu_dra_driver.claims._claim import ClaimRef
+from rknpu_dra_driver.claims._store import ClaimStore
 from rknpu_node import NullEvents, ResourceManager
 
 DRIVER = "npu.rockchip.com"

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from rknnlaunch.npu import format_cores
 from rknpu_node import device_cores
 
-from ._claims import PreparedClaim
+from ._claim import PreparedClaim
 
 
 def holders(prepared: Mapping[str, PreparedClaim]) -> dict[int, PreparedClaim]:

@@ -17,6 +17,10 @@ from pathlib import Path
 
 from rknpu_node import ResourceManager
 
+from .._log import get_logger
+from .._metrics import DraMetrics
+from ..apiserver import ApiError, KubeApi
+from ..slices import all_offered_devices
 from ._booking import conflicting_holders, conflicts
 from ._cdi import (
     cdi_device_id,
@@ -28,12 +32,8 @@ from ._cdi import (
     write_claim_spec,
 )
 from ._checkpoint import CHECKPOINT_NAME, CheckpointError, Entry, decode_bytes, load, save
-from ._claims import ClaimError, ClaimRef, PreparedClaim, our_devices, stale_reason
-from ._instance import SerializeLock
-from ._kube import ApiError, KubeApi
-from ._log import get_logger
-from ._metrics import DraMetrics
-from ._slices import all_offered_devices
+from ._claim import ClaimError, ClaimRef, PreparedClaim, our_devices, stale_reason
+from ._serialize import SerializeLock
 
 _log = get_logger("claims")
 

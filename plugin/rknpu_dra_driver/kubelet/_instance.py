@@ -16,15 +16,12 @@ import fcntl
 import hashlib
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
-from ._log import get_logger
+from .._log import get_logger
 
 _log = get_logger("instance")
 LOCK_NAME = "driver.lock"
-SERIALIZE_LOCK_NAME = "serialize.lock"
-"""The lock every instance takes around each prepare/unprepare (the library's name for it)."""
 POLL_S = 0.05
 UNIX_PATH_MAX = 107
 """sun_path holds 108 bytes with the terminating NUL."""
@@ -90,35 +87,3 @@ def acquire(plugin_dir: Path, stop: threading.Event, shared: bool = False) -> in
 def release(fd: int) -> None:
     with contextlib.suppress(OSError):
         os.close(fd)
-
-
-class SerializeLock:
-    """An flock on ``<plugin-dir>/serialize.lock`` plus a thread lock: one prepare or unprepare at
-    a time on the node, whichever instance (and thread) the kubelet called."""
-
-    def __init__(self, plugin_dir: Path) -> None:
-        self.path = plugin_dir / SERIALIZE_LOCK_NAME
-        self._threads = threading.Lock()
-        self._fd: int | None = None
-
-    def _open(self) -> int:
-        if self._fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        return self._fd
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        with self._threads:
-            fd = self._open()
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-
-    def close(self) -> None:
-        with self._threads:
-            if self._fd is not None:
-                release(self._fd)
-                self._fd = None

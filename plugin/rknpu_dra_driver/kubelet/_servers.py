@@ -18,21 +18,20 @@ import grpc.aio
 
 from rknpu_serverkit import Endpoint, Supervisor, socket_answers
 
-from ._claims import ClaimRef, PreparedClaim
+from .._kubeapi.dra.v1 import api_pb2 as v1
+from .._kubeapi.dra.v1 import api_pb2_grpc as v1_grpc
+from .._kubeapi.dra.v1beta1 import api_pb2 as v1beta1
+from .._kubeapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from .._kubeapi.dra_health.v1 import api_pb2 as health_v1
+from .._kubeapi.dra_health.v1 import api_pb2_grpc as health_v1_grpc
+from .._kubeapi.dra_health.v1alpha1 import api_pb2 as health_v1alpha1
+from .._kubeapi.dra_health.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
+from .._kubeapi.pluginregistration.v1 import api_pb2 as reg
+from .._kubeapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from .._log import get_logger
+from ..claims import ClaimRef, ClaimStore, PreparedClaim
 from ._health import CHECK_TIMEOUT_S, HealthBoard
 from ._instance import dra_socket_name, registration_socket_name
-from ._kubeapi.dra.v1 import api_pb2 as v1
-from ._kubeapi.dra.v1 import api_pb2_grpc as v1_grpc
-from ._kubeapi.dra.v1beta1 import api_pb2 as v1beta1
-from ._kubeapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
-from ._kubeapi.dra_health.v1 import api_pb2 as health_v1
-from ._kubeapi.dra_health.v1 import api_pb2_grpc as health_v1_grpc
-from ._kubeapi.dra_health.v1alpha1 import api_pb2 as health_v1alpha1
-from ._kubeapi.dra_health.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
-from ._kubeapi.pluginregistration.v1 import api_pb2 as reg
-from ._kubeapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from ._log import get_logger
-from ._store import ClaimStore
 
 _log = get_logger("kubelet")
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from rknnlaunch.npu import HostRoot
 from rknpu_serverkit import write_atomic
 
-from ._claims import PreparedClaim
+from ._claim import PreparedClaim
 
 CHECKPOINT_NAME = "checkpoint.json"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"

@@ -1,6 +1,6 @@
 """The API server seam: the few resource.k8s.io/v1 and core/v1 requests and the slice watch, as
 raw JSON (no model classes), every request bounded by ``timeout`` and never retried behind our
-back, over the light transport or the official `kubernetes` client (`_rest`)."""
+back, over the light transport or the official `kubernetes` client (`_transports`)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any
 
 from rknnlaunch import RknnLaunchError
 
-from ._log import get_logger
-from ._rest import HttpError, Query, Stream, Transport
+from .._log import get_logger
+from ._transports import HttpError, Query, Stream, Transport
 
 RESOURCE_GROUP_VERSION = "resource.k8s.io/v1"
 RESOURCE_PATH = f"/apis/{RESOURCE_GROUP_VERSION}"
@@ -58,7 +58,7 @@ def make_api_client(kubeconfig: str, timeout: float) -> Any:
 class KubeApi:
     """The requests the driver makes; each returns the object as JSON or raises ApiError.
 
-    The light transport (`_rest`) starts in milliseconds, so the slice goes up right after
+    The light transport (`_transports`) starts in milliseconds, so the slice goes up right after
     discovery; a configuration it does not speak (exec/auth-provider credentials, a proxy) loads
     the official client instead, on a thread while the kubelet sockets already serve prepared
     claims from the checkpoint. A call made before either is ready waits for it within ``timeout``.
@@ -93,7 +93,7 @@ class KubeApi:
     def _light(self) -> Transport | None:
         if self.transport_choice != "auto":
             return None
-        from ._rest import HttpTransport, light_endpoint
+        from ._transports import HttpTransport, light_endpoint
 
         try:
             # The service account's conventional variables, as every Kubernetes client reads them.
@@ -112,7 +112,7 @@ class KubeApi:
         try:
             transport = self._light()
             if transport is None:
-                from ._rest import ClientTransport
+                from ._transports import ClientTransport
 
                 transport = ClientTransport(make_api_client(self.kubeconfig, self.timeout))
             self._transport = transport

@@ -21,10 +21,10 @@ from typing import Any, cast
 from rknnlaunch import RknnLaunchError
 from rknpu_node import DeviceState, ResourceManager
 
-from ._kube import ApiError, KubeApi
-from ._log import get_logger
-from ._metrics import DraMetrics
-from ._slices import NodeFacts, SliceLayout, desired_slices, fields_dropped
+from .._log import get_logger
+from .._metrics import DraMetrics
+from ..apiserver import ApiError, KubeApi
+from ._desired import NodeFacts, SliceLayout, desired_slices, fields_dropped
 
 _log = get_logger("slices")
 RESOURCE_V1_FROM_MINOR = 34

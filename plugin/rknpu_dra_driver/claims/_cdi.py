@@ -22,7 +22,7 @@ from rknpu_node import (
 )
 from rknpu_serverkit import write_atomic
 
-from ._claims import AllocatedDevice, ClaimRef, PreparedClaim
+from ._claim import AllocatedDevice, ClaimRef, PreparedClaim
 
 CDI_CLASS = "claim"
 """The CDI kind is ``<driver name>/claim``; each request of a claim is one CDI device."""

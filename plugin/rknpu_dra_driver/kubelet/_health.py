@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from rknpu_node import DeviceState, ResourceManager, device_cores
 
-from ._slices import SliceLayout, layout_core_sets, set_device_id
+from ..slices import SliceLayout, layout_core_sets, set_device_id
 
 RESEND_S = 10.0
 """Every stream gets the whole list again this often: the kubelet treats a device whose last
