@@ -7,6 +7,7 @@ from rknnlaunch import lazy_attributes
 
 if TYPE_CHECKING:
     from ._api import ApiError, KubeApi
+    from ._kubeconfig import Kubeconfig, KubeconfigError, kubeconfig_paths, read_kubeconfig
     from ._transports import HttpError, light_endpoint
 
 # What other rooms use, by defining module; imported on first use (PEP 562).
@@ -14,6 +15,10 @@ _LAZY = {
     "ApiError": "._api",
     "KubeApi": "._api",
     "HttpError": "._transports",
+    "Kubeconfig": "._kubeconfig",
+    "KubeconfigError": "._kubeconfig",
+    "kubeconfig_paths": "._kubeconfig",
+    "read_kubeconfig": "._kubeconfig",
     "light_endpoint": "._transports",
 }
 
@@ -23,5 +28,9 @@ __all__ = [
     "ApiError",
     "KubeApi",
     "HttpError",
+    "Kubeconfig",
+    "KubeconfigError",
+    "kubeconfig_paths",
+    "read_kubeconfig",
     "light_endpoint",
 ]

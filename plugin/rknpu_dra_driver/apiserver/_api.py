@@ -16,6 +16,7 @@ from typing import Any
 from rknnlaunch import RknnLaunchError
 
 from .._log import get_logger
+from ._kubeconfig import kubeconfig_paths
 from ._transports import HttpError, Query, Stream, Transport
 
 RESOURCE_GROUP_VERSION = "resource.k8s.io/v1"
@@ -33,7 +34,8 @@ class ApiError(Exception):
 
 
 def make_api_client(kubeconfig: str, timeout: float) -> Any:
-    """A `kubernetes.client.ApiClient` from ``kubeconfig`` (a file), else the in-cluster service account."""
+    """A `kubernetes.client.ApiClient` from ``kubeconfig`` (a file, or kubectl's colon-separated list,
+    which the client merges as kubectl does), else the in-cluster service account."""
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
@@ -82,13 +84,15 @@ class KubeApi:
         return self._transport.name if self._transport is not None else ""
 
     def check_config(self) -> None:
-        """The cheap up-front check (a missing kubeconfig file is a start error, not a log line)."""
-        if self.kubeconfig and not os.path.isfile(self.kubeconfig):
-            raise RknnLaunchError(
-                f"kubeconfig {self.kubeconfig} is not a file",
-                "pass --kubeconfig (env RKNPU_DRA_KUBECONFIG or KUBECONFIG) naming a kubeconfig, or "
-                "leave both unset to use the in-cluster service account",
-            )
+        """The cheap up-front check (a missing kubeconfig file is a start error, not a log line);
+        each file of kubectl's colon-separated list is checked, the official client merges them."""
+        for path in kubeconfig_paths(self.kubeconfig):
+            if not path.is_file():
+                raise RknnLaunchError(
+                    f"kubeconfig {path} is not a file",
+                    "pass --kubeconfig (env RKNPU_DRA_KUBECONFIG or KUBECONFIG) naming a kubeconfig, or "
+                    "leave both unset to use the in-cluster service account",
+                )
 
     def _light(self) -> Transport | None:
         if self.transport_choice != "auto":

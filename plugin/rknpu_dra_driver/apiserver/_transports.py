@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ._kubeconfig import read_kubeconfig
+
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REREAD_S = 60.0
 """Bound service-account tokens rotate: the file is read again this often (as client-go does)."""
@@ -125,9 +127,10 @@ def _endpoint(server: str, context: ssl.SSLContext | None, **auth: Any) -> Endpo
 
 
 def light_endpoint(kubeconfig: str, in_cluster_host: str, in_cluster_port: str) -> Endpoint | None:
-    """The Endpoint of a kubeconfig (its current context), or of the in-cluster service account
-    when ``kubeconfig`` is ""; None when it needs the official client (exec or auth-provider
-    credentials, a proxy, basic auth). Raises OSError/ValueError on a broken configuration."""
+    """The Endpoint of a kubeconfig (its current context; kubectl's colon-separated list merged as
+    kubectl does), or of the in-cluster service account when ``kubeconfig`` is ""; None when it
+    needs the official client (exec or auth-provider credentials, a proxy, basic auth). Raises
+    OSError/ValueError on a broken configuration."""
     if not kubeconfig:
         if not in_cluster_host:
             raise ValueError("KUBERNETES_SERVICE_HOST is not set (not in a pod?)")
@@ -136,34 +139,18 @@ def light_endpoint(kubeconfig: str, in_cluster_host: str, in_cluster_port: str) 
         return _endpoint(
             f"https://{host}:{in_cluster_port or '443'}", ca, token_file=str(SERVICE_ACCOUNT / "token")
         )
-    import yaml
-
-    folder = os.path.dirname(os.path.abspath(kubeconfig))
-    with open(kubeconfig, encoding="utf-8") as handle:
-        config = yaml.safe_load(handle) or {}
-
-    def named(kind: str, name: str) -> dict[str, Any]:
-        for item in config.get(f"{kind}s") or []:
-            if item.get("name") == name:
-                found: dict[str, Any] = item.get(kind) or {}
-                return found
-        raise ValueError(f"the kubeconfig has no {kind} {name!r}")
-
-    context = named("context", str(config.get("current-context") or ""))
-    cluster = named("cluster", str(context.get("cluster") or ""))
-    user = named("user", str(context["user"])) if context.get("user") else {}
+    config = read_kubeconfig(kubeconfig)
+    context = config.named("context", config.current_context)
+    cluster = config.named("cluster", str(context.get("cluster") or ""))
+    user = config.named("user", str(context["user"])) if context.get("user") else {}
     if user.get("exec") or user.get("auth-provider") or user.get("username") or cluster.get("proxy-url"):
         return None
-
-    def path(value: object) -> str | None:
-        return os.path.join(folder, str(value)) if value else None
-
     ssl_context = _context(
-        path(cluster.get("certificate-authority")),
+        config.path(cluster, "certificate-authority"),
         cluster.get("certificate-authority-data"),
-        path(user.get("client-certificate")),
+        config.path(user, "client-certificate"),
         user.get("client-certificate-data"),
-        path(user.get("client-key")),
+        config.path(user, "client-key"),
         user.get("client-key-data"),
         bool(cluster.get("insecure-skip-tls-verify")),
     )
@@ -171,7 +158,7 @@ def light_endpoint(kubeconfig: str, in_cluster_host: str, in_cluster_port: str) 
         str(cluster.get("server") or ""),
         ssl_context,
         token=str(user.get("token") or ""),
-        token_file=path(user.get("tokenFile")) or "",
+        token_file=config.path(user, "tokenFile") or "",
         server_name=cluster.get("tls-server-name"),
     )
 
