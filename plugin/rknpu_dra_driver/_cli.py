@@ -252,11 +252,22 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
         def stop_publisher() -> None:
             publish_stop.set()
             publisher.wake()
+            publisher.stop_calls()
             api.close()
 
         serving.add(lambda: publisher.run(publish_stop), stop_publisher, name="slices")
         stale_stop = threading.Event()
-        serving.add(lambda: _clean_stale(store, api, stale_stop), stale_stop.set, name="stale-claims")
+        stale_threads: list[threading.Thread] = []
+
+        def clean_stale() -> None:
+            stale_threads.append(threading.current_thread())
+            _clean_stale(store, api, stale_stop)
+
+        def stop_stale() -> None:
+            stale_stop.set()
+            api.stop_calls_of(*stale_threads)
+
+        serving.add(clean_stale, stop_stale, name="stale-claims")
         try:
             serving.run()
         finally:

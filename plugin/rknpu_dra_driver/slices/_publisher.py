@@ -35,6 +35,8 @@ RESYNC_S = 60.0
 """A full comparison even without events: the safety net under the watch."""
 WATCH_SECONDS = 300
 OURS_KEPT = 64
+WATCH_END_S = 0.5
+"""Stopping: how long the loop waits for its watch thread, whose stream is cut by then."""
 """How many of our own writes' resourceVersions are remembered (their events are echoes)."""
 
 
@@ -89,6 +91,7 @@ class SlicePublisher:
         self._taints = True
         """Until a read-back shows the API server drops device taints."""
         self._wake = threading.Event()
+        self._threads: tuple[threading.Thread, ...] = ()
         self._node_uid: str | None = None
         self._generation = 0
         self._kept: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
@@ -110,6 +113,7 @@ class SlicePublisher:
         backoff, and compare everything every RESYNC_S; the watch runs on a thread of its own."""
         sink = self._resources.subscribe(_Wake(self._wake))
         watcher = threading.Thread(target=self._watch, args=(stop,), name="slice-watch", daemon=True)
+        self._threads = (threading.current_thread(), watcher)
         watcher.start()
         delay = RETRY_FIRST_S
         failing = False
@@ -122,6 +126,8 @@ class SlicePublisher:
                 try:
                     self.publish()
                 except ApiError as exc:
+                    if stop.is_set():  # a stop cut the call (`stop_calls`)
+                        break
                     self._metrics.api_error("publish")
                     if not failing:
                         _log.error(
@@ -138,7 +144,7 @@ class SlicePublisher:
         finally:
             self._resources.unsubscribe(sink)
             self._api.end_watches()
-            watcher.join(2.0)
+            watcher.join(WATCH_END_S)
 
     def _watch(self, stop: threading.Event) -> None:
         """Watch our slices; any change not of our own making wakes the publisher. A broken watch
@@ -165,6 +171,11 @@ class SlicePublisher:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def stop_calls(self) -> None:
+        """Stopping: the API calls the loop and its watch wait on fail now, and so do their later
+        ones (a slow API server must not hold the loop past its stop budget)."""
+        self._api.stop_calls_of(*self._threads)
 
     # --- one pass -------------------------------------------------------------------------------
 
