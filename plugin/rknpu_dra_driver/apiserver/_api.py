@@ -129,20 +129,6 @@ class KubeApi:
         _log.debug("API transport ready", extra={"fields": {"transport": self.transport}})
         self.on_ready()
 
-    def start(self) -> threading.Thread:
-        """`connect` on a thread; a failure is logged once and every call then raises ApiError."""
-
-        def connect_logged() -> None:
-            try:
-                self.connect()
-            except RknnLaunchError as exc:
-                if self._error != STOPPING:
-                    _log.error("no API client", extra={"fields": {"error": str(exc)}})
-
-        thread = threading.Thread(target=connect_logged, name="api-client", daemon=True)
-        thread.start()
-        return thread
-
     def close(self) -> None:
         """Stopping: a call waiting for the client returns (with ApiError) at once."""
         if not self._ready.is_set():

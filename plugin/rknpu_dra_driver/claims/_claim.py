@@ -4,10 +4,9 @@ subrequests, adminAccess), checked against the devices this node offers; what a 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from rknnlaunch.npu import format_cores
 from rknpu_node import cores_of
 from rknpu_serverkit import quote_ids
 
@@ -207,7 +206,3 @@ def stale_reason(
 
 def _mapping(value: object) -> Mapping[str, object]:
     return value if isinstance(value, Mapping) else {}
-
-
-def describe_cores(devices: Sequence[AllocatedDevice]) -> str:
-    return format_cores(cores_of(d.device for d in devices))

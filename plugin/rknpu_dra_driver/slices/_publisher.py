@@ -85,7 +85,6 @@ class SlicePublisher:
         self._minor_known = server_minor is not None
         self._confirmed = False
         """A dry run showed the server keeps the partitionable fields."""
-        self.dry_runs = 0
         self._metrics = metrics if metrics is not None else DraMetrics(None)
         self.taint_key = f"{driver_name}/unhealthy"
         self._taints = True
@@ -98,10 +97,6 @@ class SlicePublisher:
         """Slice name -> (what we sent, what the server kept of it), both `_comparable`."""
         self._ours: collections.deque[str] = collections.deque(maxlen=OURS_KEPT)
         """resourceVersions of our own writes: their watch events need no comparison."""
-        self.publishes = 0
-        """How many slice writes succeeded (tests and the benchmark await it)."""
-        self.repairs = 0
-        self.published = threading.Condition()
         self.in_sync = threading.Event()
         """Set once the API server held our slices (written by us, or already matching: a new pod
         of a rolling update finds its predecessor's); the readiness endpoint waits for it."""
@@ -298,11 +293,6 @@ class SlicePublisher:
         )
         self._metrics.slice_published(repaired=bool(repaired))
         self.in_sync.set()
-        with self.published:
-            self.publishes += 1
-            if repaired:
-                self.repairs += 1
-            self.published.notify_all()
         return True
 
     def _sent_before(self, name: str) -> bool:
@@ -329,7 +319,6 @@ class SlicePublisher:
             else:
                 trial["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
                 kept = self._api.replace_slice(name, trial, dry_run=True)
-            self.dry_runs += 1
             if self._dropped(body, kept, dry_run=True):
                 return True
         self._confirmed = True
