@@ -44,9 +44,9 @@ from fakeapi import FakeApiServer  # noqa: E402
 from kubeletstub import KubeletStub  # noqa: E402
 
 from fakehost import make_host  # noqa: E402
-from rknpu_dra_driver._checkpoint import CHECKPOINT_NAME  # noqa: E402
 from rknpu_dra_driver._cli import run  # noqa: E402
 from rknpu_dra_driver._settings import DraSettings  # noqa: E402
+from rknpu_dra_driver.claims._checkpoint import CHECKPOINT_NAME  # noqa: E402
 
 NODE, DRIVER = "bench-node", "npu.rockchip.com"
 TARGETS = {
@@ -143,8 +143,8 @@ class Bench:
 
     def components(self, calls: int = 500) -> dict[str, float]:
         """Where a prepare's time goes, on this machine now: one API read, one fsynced file write."""
-        from rknpu_device_plugin import write_atomic
-        from rknpu_dra_driver._kube import KubeApi
+        from rknpu_dra_driver.apiserver._api import KubeApi
+        from rknpu_serverkit import write_atomic
 
         api = KubeApi(str(self.settings.kubeconfig), 5.0)
         api.connect()

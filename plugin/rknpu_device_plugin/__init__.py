@@ -1,15 +1,10 @@
 """rknpu_device_plugin: the Kubernetes device plugin that offers Rockchip NPU cores as rockchip.com/npu.
 
 Lives in the repository's `plugin/` folder; installed under this self-explaining import name so no
-generic top-level `plugin` package lands in site-packages.
+generic top-level `plugin` package lands in site-packages. It builds on the node's NPU
+(`rknpu_node`) and the servers' kit (`rknpu_serverkit`), as the DRA driver does.
 """
 
 from rknnlaunch import __version__
 
-# Shared with the DRA driver (rknpu_dra_driver): atomic file writes (CDI specs), bounded ID lists
-# in error messages, the do-nothing event sink. Standard library only.
-from ._bounded import quote_ids
-from ._events import NullEvents
-from ._files import write_atomic
-
-__all__ = ["NullEvents", "__version__", "quote_ids", "write_atomic"]
+__all__ = ["__version__"]

@@ -1,3 +1,5 @@
 """The plugin's environment prefix (``RKNPU_PLUGIN_*``): its settings and its NPU discovery both name it."""
 
-ENV_PREFIX = "RKNPU_PLUGIN_"
+from rknpu_node import ENV_PREFIX
+
+__all__ = ["ENV_PREFIX"]

@@ -11,23 +11,18 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode
 
+from rknpu_node import DEFAULT_RESOURCE_NAME, NodeSettingsChecks
 from rknpu_serverkit import (
     LOG_FORMATS,
     LOG_LEVELS,
     LogFormat,
     LogLevel,
-    UsageParser,
-    add_setting_flags,
-    check_device_paths,
-    check_host_file,
-    check_soc_name,
     server_settings_config,
     settings_from_flags,
-    split_device_list,
+    settings_parser,
 )
 
 from ._env import ENV_PREFIX
-from .devices import DEFAULT_RESOURCE_NAME
 from .telemetry import DEFAULT_POD_RESOURCES_SOCKET
 
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
@@ -35,7 +30,7 @@ DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 _RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
-class PluginSettings(BaseSettings):
+class PluginSettings(NodeSettingsChecks, BaseSettings):
     """Everything the device plugin can be told. Field docs are the `--help` texts."""
 
     model_config = server_settings_config(ENV_PREFIX)
@@ -122,33 +117,6 @@ class PluginSettings(BaseSettings):
             raise ValueError(f"{value!r} is not an extended resource name like rockchip.com/npu")
         return value
 
-    @field_validator("soc")
-    @classmethod
-    def _check_soc(cls, value: str | None) -> str | None:
-        return check_soc_name(value)
-
-    @field_validator("extra_device", mode="before")
-    @classmethod
-    def _split_extra_devices(cls, value: object) -> object:
-        return split_device_list(value)
-
-    @field_validator("extra_device")
-    @classmethod
-    def _check_extra_devices(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return check_device_paths(value)
-
-    @field_validator("host_librknnrt")
-    @classmethod
-    def _check_host_librknnrt(cls, value: str | None) -> str | None:
-        return check_host_file(value)
-
-    @field_validator("probe_model")
-    @classmethod
-    def _check_probe_model(cls, value: str | None) -> str | None:
-        if value is not None and not value.replace("{soc}", "soc").endswith(".rknn"):
-            raise ValueError(f"{value!r} must name an .rknn model, e.g. /opt/rknpu-probe/probe-{{soc}}.rknn")
-        return value or None
-
     @field_validator("socket_name")
     @classmethod
     def _check_socket_name(cls, value: str | None) -> str | None:
@@ -163,9 +131,6 @@ class PluginSettings(BaseSettings):
         if self.mode != "shared" and self.fail_requests_greater_than_one:
             raise ValueError("--fail-requests-greater-than-one only applies to --mode shared")
         return self
-
-    def resolved_probe_model(self, soc_name: str) -> Path | None:
-        return Path(self.probe_model.replace("{soc}", soc_name)) if self.probe_model else None
 
     def resolved_resource_name(self, soc_name: str) -> str:
         return self.resource_name.replace("{soc}", soc_name)
@@ -191,16 +156,15 @@ _FLAG_CHOICES: dict[str, list[str]] = {
 
 def build_parser() -> argparse.ArgumentParser:
     """Flags mirror the settings fields; unset flags fall back to RKNPU_PLUGIN_* and then defaults."""
-    parser = UsageParser(
-        prog="rknpu-device-plugin",
-        description="Kubernetes device plugin offering Rockchip NPU cores as an extended resource "
-        "(default rockchip.com/npu). Every flag can also be set as RKNPU_PLUGIN_<FLAG> (upper case, "
-        "dashes as underscores); flags win.",
-        argument_default=argparse.SUPPRESS,
+    return settings_parser(
+        PluginSettings,
+        "rknpu-device-plugin",
+        "Kubernetes device plugin offering Rockchip NPU cores as an extended resource "
+        "(default rockchip.com/npu).",
+        ENV_PREFIX,
+        _FLAG_TYPES,
+        _FLAG_CHOICES,
     )
-    add_setting_flags(parser, PluginSettings, ENV_PREFIX, _FLAG_TYPES, _FLAG_CHOICES)
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
-    return parser
 
 
 def settings_from(args: argparse.Namespace) -> PluginSettings:

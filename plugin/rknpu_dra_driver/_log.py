@@ -6,11 +6,10 @@ import logging
 from collections.abc import Callable
 from typing import TextIO
 
+from rknpu_node import LAYER_LOGGERS
 from rknpu_serverkit import setup_logging as _setup_logging
 
 LOGGER_NAME = "rknpu_dra_driver"
-# The device plugin's health logger (its ResourceManager watches the NPU for us) writes the same way.
-_SHARED_LOGGERS = ("rknpu_device_plugin",)
 
 
 def get_logger(name: str = "") -> logging.Logger:
@@ -18,18 +17,6 @@ def get_logger(name: str = "") -> logging.Logger:
 
 
 def setup_logging(log_format: str, level: str, stream: TextIO | None = None) -> Callable[[], None]:
-    """Configure the driver's logger and the shared device-plugin loggers; returns ``stop()``."""
-    stop = _setup_logging(LOGGER_NAME, log_format, level, stream)
-    ours = logging.getLogger(LOGGER_NAME)
-    for name in _SHARED_LOGGERS:
-        shared = logging.getLogger(name)
-        shared.setLevel(ours.level)
-        shared.propagate = False
-        shared.handlers[:] = ours.handlers
-
-    def stop_all() -> None:
-        stop()
-        for name in _SHARED_LOGGERS:
-            logging.getLogger(name).handlers[:] = ours.handlers
-
-    return stop_all
+    """Configure the driver's logger and its layers' (the node's health, the kit's serving);
+    returns ``stop()``, which writes out what is queued."""
+    return _setup_logging(LOGGER_NAME, log_format, level, stream, shared=LAYER_LOGGERS)

@@ -4,7 +4,6 @@ and names a cluster, or an in-cluster service account). Each refusal is a `Setti
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -65,41 +64,25 @@ def check_in_cluster(environ: Mapping[str, str], account_dir: Path) -> None:
 
 def check_kubeconfig(value: str) -> None:
     """A kubeconfig (or kubectl's colon-separated list): each file readable YAML, merged as
-    kubectl does (the first file naming a context or cluster wins), the current context naming a
+    kubectl does (`rknpu_dra_driver.apiserver.read_kubeconfig`), the current context naming a
     cluster with a server URL, and the certificate files it names present."""
-    import yaml
+    from .apiserver import KubeconfigError, kubeconfig_paths, read_kubeconfig
 
-    contexts: dict[str, Any] = {}
-    clusters: dict[str, Any] = {}
-    users: dict[str, Any] = {}
-    current = ""
-    for part in [p for p in value.split(os.pathsep) if p]:
-        path = Path(part).expanduser()
+    for path in kubeconfig_paths(value):
         check_readable_file(path, "--kubeconfig", _KUBECONFIG_FIX)
-        try:
-            document = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" (line {mark.line + 1})" if mark is not None else ""
-            problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or type(exc).__name__
-            raise SettingsError(
-                f"--kubeconfig {path} is not valid YAML{where}: {problem}", _KUBECONFIG_FIX
-            ) from None
-        if not isinstance(document, dict):
-            raise SettingsError(
-                f"--kubeconfig {path} is not a kubeconfig (not a YAML mapping)", _KUBECONFIG_FIX
-            )
-        for key, into in (("contexts", contexts), ("clusters", clusters), ("users", users)):
-            _merge(path, key, document.get(key), into)
-        current = current or str(document.get("current-context") or "")
+    try:
+        config = read_kubeconfig(value)
+    except KubeconfigError as exc:
+        raise SettingsError(f"--kubeconfig {exc}", _KUBECONFIG_FIX) from None
+    current = config.current_context
     if not current:
         raise SettingsError(f"--kubeconfig {value} has no current-context", _KUBECONFIG_FIX)
-    context = contexts.get(current)
+    context = config.contexts.get(current)
     if not isinstance(context, dict):
         raise SettingsError(
             f"--kubeconfig {value}: the current context {current!r} is not defined", _KUBECONFIG_FIX
         )
-    cluster = clusters.get(str(context.get("cluster") or ""))
+    cluster = config.clusters.get(str(context.get("cluster") or ""))
     if not isinstance(cluster, dict):
         raise SettingsError(
             f"--kubeconfig {value}: context {current!r} names cluster {context.get('cluster')!r}, "
@@ -113,32 +96,12 @@ def check_kubeconfig(value: str) -> None:
             f"(got {server!r})",
             _KUBECONFIG_FIX,
         )
-    user = users.get(str(context.get("user") or ""))
-    _check_files(cluster, ("certificate-authority",), value)
+    user = config.users.get(str(context.get("user") or ""))
+    sections: list[tuple[dict[str, Any], tuple[str, ...]]] = [(cluster, ("certificate-authority",))]
     if isinstance(user, dict):
-        _check_files(user, ("client-certificate", "client-key", "tokenFile"), value)
-
-
-def _merge(path: Path, key: str, entries: object, into: dict[str, Any]) -> None:
-    if entries is None:
-        return
-    if not isinstance(entries, list):
-        raise SettingsError(f"--kubeconfig {path}: {key} is not a list", _KUBECONFIG_FIX)
-    inner = key[:-1]  # contexts -> context, clusters -> cluster, users -> user
-    for entry in entries:
-        if isinstance(entry, dict) and entry.get("name") and str(entry["name"]) not in into:
-            body = entry.get(inner)
-            # A relative certificate path is relative to the kubeconfig's folder (as kubectl reads it).
-            into[str(entry["name"])] = {**body, "_dir": path.parent} if isinstance(body, dict) else body
-
-
-def _check_files(section: dict[str, Any], keys: tuple[str, ...], value: str) -> None:
-    for key in keys:
-        named = section.get(key)
-        if not named:
-            continue
-        file = Path(str(named)).expanduser()
-        if not file.is_absolute():
-            file = Path(section["_dir"]) / file
-        if not file.is_file():
-            raise SettingsError(f"--kubeconfig {value}: its {key} {file} does not exist", _KUBECONFIG_FIX)
+        sections.append((user, ("client-certificate", "client-key", "tokenFile")))
+    for section, keys in sections:
+        for key in keys:
+            file = config.path(section, key)
+            if file is not None and not Path(file).is_file():
+                raise SettingsError(f"--kubeconfig {value}: its {key} {file} does not exist", _KUBECONFIG_FIX)

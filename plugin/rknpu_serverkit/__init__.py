@@ -1,4 +1,4 @@
-"""rknpu_serverkit: the kit of the programs that serve (the device plugin, the exporter, next the DRA
+"""rknpu_serverkit: the kit of the programs that serve (the device plugin, the exporter, the DRA
 driver): lifecycle actors, stop signals, log lines, settings flags, start-up checks.
 
 - **Lifecycle** (`ActorGroup`, `ActorDied`, `closing_actor`; module `rknpu_serverkit._group`): every
@@ -11,6 +11,13 @@ driver): lifecycle actors, stop signals, log lines, settings flags, start-up che
 - **Start-up checks** (`check_host_root`, `check_writable_folder`, `check_readable_file`,
   `check_modules`, `os_error_with_fix`; `rknpu_serverkit._preflight`): every input checked before a
   server binds or registers anything (`server_main`'s ``preflight``), exit 2 with a fix.
+- **Serving** (`Supervisor`, `Endpoint`, `Registration`, `Servicer`, `socket_answers`;
+  `rknpu_serverkit._serving`, gRPC loaded on first use): serve a unix socket, register, watch the
+  folder, serve again; "is anyone serving this socket" answered once.
+- **Metrics** (`MetricsServer`; `rknpu_serverkit._metrics_http`, prometheus-client loaded on first
+  use): /metrics, /healthz and /readyz, stopping without waiting on clients.
+- **Files** (`write_atomic`, `FolderWatcher`, `quote_ids`): atomic replacement, folder watching
+  (inotify, polling fallback), bounded quoting of untrusted IDs.
 - **Settings flags** (`add_setting_flags`, `settings_from_flags`, `settings_error`, `LogLevel`,
   `LogFormat`, `check_soc_name`, `server_settings_config`; `rknpu_serverkit._flags`): one ``--flag``
   per pydantic-settings field, its environment twin named in ``--help`` and in errors.
@@ -18,7 +25,8 @@ driver): lifecycle actors, stop signals, log lines, settings flags, start-up che
 The exit-code table and `run_main` stay in the SDK (`rknnlaunch.run_main`, re-exported here with
 `UsageParser` and `describe_os_error`, so a server's ``main`` needs this one import): the
 ``rknnlaunch`` CLI ends the same way. Standard library (pydantic when settings are built) and
-`rknnlaunch`'s public names only; no gRPC, no numpy.
+`rknnlaunch`'s public names only at import; gRPC and prometheus-client load with the names
+that need them; no numpy.
 
 A server's ``main`` in short::
 
@@ -39,10 +47,11 @@ A server's ``main`` in short::
         end_server_process(run_main(PROG, lambda: _main(sys.argv[1:]), LOGGER_NAME))
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rknnlaunch import UsageParser, describe_os_error, run_main
+from rknnlaunch import UsageParser, describe_os_error, lazy_attributes, run_main
 
+from ._files import write_atomic
 from ._flags import (
     LOG_FORMATS,
     LOG_LEVELS,
@@ -54,11 +63,12 @@ from ._flags import (
     server_settings_config,
     settings_error,
     settings_from_flags,
+    settings_parser,
     split_device_list,
 )
 from ._group import ActorDied, ActorGroup, closing_actor
 from ._logging import MAX_LOG_LINE_CHARS, JsonFormatter, TextFormatter, setup_logging
-from ._main import ServerSettings, server_main
+from ._main import ServerProgram, ServerSettings, server_main
 from ._preflight import (
     PERMISSION_FIX,
     check_host_root,
@@ -68,25 +78,60 @@ from ._preflight import (
     os_error_with_fix,
     parse_address,
 )
+from ._quoting import quote, quote_ids
 from ._signals import STOP_SIGNALS, StopEvent, end_server_process, stop_on_signals
+from ._watch import FolderWatcher
 
 if TYPE_CHECKING:
     from ._flags import LogLevel
+    from ._metrics_http import MetricsServer
+    from ._serving import (
+        Endpoint,
+        EventLoopThread,
+        FileId,
+        Registration,
+        Servicer,
+        SocketBusyError,
+        Supervisor,
+        file_id,
+        socket_answers,
+    )
 
+# Loaded on first use (PEP 562): LogLevel carries a pydantic validator, serving needs gRPC, the
+# metrics page prometheus-client.
+_LAZY = {
+    "LogLevel": "._flags",
+    "MetricsServer": "._metrics_http",
+    "Endpoint": "._serving",
+    "EventLoopThread": "._serving",
+    "FileId": "._serving",
+    "Registration": "._serving",
+    "Servicer": "._serving",
+    "SocketBusyError": "._serving",
+    "Supervisor": "._serving",
+    "file_id": "._serving",
+    "socket_answers": "._serving",
+}
 
-def __getattr__(name: str) -> Any:
-    # LogLevel carries a pydantic validator, built on first use (pydantic loads then).
-    if name == "LogLevel":
-        from . import _flags
-
-        value = _flags.LogLevel
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [
     "PERMISSION_FIX",
+    "Endpoint",
+    "EventLoopThread",
+    "FileId",
+    "FolderWatcher",
+    "MetricsServer",
+    "Registration",
+    "Servicer",
+    "SocketBusyError",
+    "Supervisor",
+    "file_id",
+    "quote",
+    "quote_ids",
+    "socket_answers",
+    "write_atomic",
     "ActorDied",
     "check_host_root",
     "check_modules",
@@ -112,12 +157,14 @@ __all__ = [
     "check_soc_name",
     "closing_actor",
     "server_main",
+    "ServerProgram",
     "ServerSettings",
     "describe_os_error",
     "end_server_process",
     "run_main",
     "settings_error",
     "settings_from_flags",
+    "settings_parser",
     "split_device_list",
     "setup_logging",
     "stop_on_signals",

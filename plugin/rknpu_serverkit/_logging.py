@@ -14,7 +14,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 MAX_LOG_LINE_CHARS = 4096
@@ -97,7 +97,7 @@ def _text_value(value: object) -> str:
 
 
 # Our own loggers need no "logger" field; a foreign one (grpc, a library) is named in it.
-_OWN_LOGGER_PREFIXES = ("rknpu_device_plugin", "rknpu_serverkit", "rknnlaunch")
+_OWN_LOGGER_PREFIXES = ("rknpu_device_plugin", "rknpu_node", "rknpu_serverkit", "rknnlaunch")
 
 
 def setup_logging(
@@ -106,6 +106,7 @@ def setup_logging(
     level: str,
     stream: TextIO | None = None,
     queued: bool = True,
+    shared: Sequence[str] = (),
 ) -> Callable[[], None]:
     """Log ``logger_name``'s records (and other libraries' warnings) one line each, text or JSON.
 
@@ -114,7 +115,8 @@ def setup_logging(
     loggers (grpc, the standard library) get the same format at WARNING and above, and Python
     warnings are logged too, so ``--log-format json`` means every line is JSON. Returns ``stop()``,
     which writes out what is queued; later records of ``logger_name`` are written directly, and
-    the rest (root handler, warnings, thread hook) is as it was before.
+    the rest (root handler, warnings, thread hook) is as it was before. The ``shared`` loggers
+    (the layers under a program: ``rknpu_node``, ``rknpu_serverkit``) write the same way.
     """
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
@@ -141,11 +143,18 @@ def setup_logging(
         listener.start()
     else:
         logger.handlers[:] = [handler]
+    for name in shared:
+        layer = logging.getLogger(name)
+        layer.setLevel(logger.level)
+        layer.propagate = False
+        layer.handlers[:] = logger.handlers
 
     def stop() -> None:
         if listener is not None:
             listener.stop()
         logger.handlers[:] = [handler]
+        for name in shared:
+            logging.getLogger(name).handlers[:] = [handler]
         root.removeHandler(handler)
         threading.excepthook = previous_hook
         logging.captureWarnings(False)

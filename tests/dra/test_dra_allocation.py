@@ -14,8 +14,8 @@ import yaml
 from allocator import AllocationError, Allocator, Result
 
 from rknnlaunch.npu import DeviceNode, NpuInfo, cores_to_mask, is_runnable, soc_by_name
-from rknpu_device_plugin.devices import cores_of, device_ids
-from rknpu_dra_driver._slices import NodeFacts, SliceLayout, desired_slices, fields_dropped
+from rknpu_dra_driver.slices._desired import NodeFacts, SliceLayout, desired_slices, fields_dropped
+from rknpu_node import cores_of, device_ids
 
 REPO = Path(__file__).resolve().parents[2]
 DRA = REPO / "deploy" / "dra"

@@ -14,10 +14,10 @@ from drarig import DRIVER, NODE, DriverRig
 from kubeletstub import KubeletStub
 
 from rknnlaunch.npu import DeviceNode, NpuInfo, soc_by_name
-from rknpu_device_plugin.devices import NodeExtras, minimum_cdi_version
-from rknpu_dra_driver._booking import conflicts
-from rknpu_dra_driver._cdi import claim_from_spec, claim_spec
-from rknpu_dra_driver._claims import AllocatedDevice, ClaimRef, PreparedClaim
+from rknpu_dra_driver.claims._booking import conflicts
+from rknpu_dra_driver.claims._cdi import claim_from_spec, claim_spec
+from rknpu_dra_driver.claims._claim import AllocatedDevice, ClaimRef, PreparedClaim
+from rknpu_node import NodeExtras, minimum_cdi_version
 
 UID_A = "0b9a6f44-5c1e-4d0e-9c55-2f0a3c9d1e01"
 UID_B = "0b9a6f44-5c1e-4d0e-9c55-2f0a3c9d1e02"
@@ -185,7 +185,7 @@ def test_the_cdi_minimum_version_rule_follows_the_cdi_library(spec: dict[str, An
 
 
 def test_neither_program_writes_annotations(tmp_path: Path) -> None:
-    from rknpu_device_plugin.devices import cdi_spec
+    from rknpu_node import cdi_spec
 
     for spec in (
         cdi_spec(_info(), "/c"),

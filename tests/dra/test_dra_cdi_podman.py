@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from rknnlaunch.npu import DeviceNode, NpuInfo, soc_by_name
-from rknpu_device_plugin.devices import NodeExtras, cdi_spec
-from rknpu_dra_driver._cdi import cdi_device_id, claim_spec
-from rknpu_dra_driver._claims import AllocatedDevice, ClaimRef, PreparedClaim
+from rknpu_dra_driver.claims._cdi import cdi_device_id, claim_spec
+from rknpu_dra_driver.claims._claim import AllocatedDevice, ClaimRef, PreparedClaim
+from rknpu_node import NodeExtras, cdi_spec
 
 pytestmark = [
     pytest.mark.slow,

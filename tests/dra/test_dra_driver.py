@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from drarig import DRIVER, NODE, DriverRig
 
-from rknpu_dra_driver._checkpoint import CHECKPOINT_NAME
+from rknpu_dra_driver.claims._checkpoint import CHECKPOINT_NAME
 
 UID = "0b9a6f44-5c1e-4d0e-9c55-2f0a3c9d1e01"
 
@@ -241,10 +241,9 @@ def test_a_corrupt_checkpoint_is_refused_and_rebuilt_from_the_cdi_specs(
 
 def test_kill_between_spec_and_checkpoint_loses_nothing(rig: DriverRig) -> None:
     from rknnlaunch.npu import HostRoot
-    from rknpu_device_plugin import NullEvents
-    from rknpu_device_plugin.devices import ResourceManager
-    from rknpu_dra_driver._kube import KubeApi
-    from rknpu_dra_driver._store import ClaimStore
+    from rknpu_dra_driver.apiserver._api import KubeApi
+    from rknpu_dra_driver.claims._store import ClaimStore
+    from rknpu_node import NullEvents, ResourceManager
 
     class Killed(BaseException):
         """Stands for kill -9: nothing after the spec's write runs (no except, no finally of ours)."""
@@ -274,7 +273,7 @@ def test_kill_between_spec_and_checkpoint_loses_nothing(rig: DriverRig) -> None:
 
 
 def _ref() -> Any:
-    from rknpu_dra_driver._claims import ClaimRef
+    from rknpu_dra_driver.claims._claim import ClaimRef
 
     return ClaimRef("default", "c", UID)
 

@@ -7,9 +7,8 @@ from pathlib import Path
 
 from fakehost import make_host
 from rknnlaunch.npu import HostRoot
-from rknpu_device_plugin import NullEvents
-from rknpu_device_plugin.devices import ResourceManager
-from rknpu_dra_driver._health import HealthBoard
+from rknpu_dra_driver.kubelet._health import HealthBoard
+from rknpu_node import NullEvents, ResourceManager
 
 
 def _board(tmp_path: Path) -> tuple[ResourceManager, HealthBoard]:

@@ -18,8 +18,8 @@ from drarig import DRIVER, NODE, DriverRig
 from kubeletstub import KubeletStub
 
 from rknnlaunch import SettingsError
-from rknpu_dra_driver._checkpoint import CHECKPOINT_NAME
 from rknpu_dra_driver._settings import DraSettings, parse_settings
+from rknpu_dra_driver.claims._checkpoint import CHECKPOINT_NAME
 
 _PATHS = os.pathsep.join(sys.path)
 

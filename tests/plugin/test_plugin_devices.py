@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rknnlaunch.npu import DeviceNode, HostRoot, NpuInfo, soc_by_name
-from rknpu_device_plugin.devices._policy import (
+from rknpu_node._policy import (
     AllocationError,
     NodeExtras,
     cdi_spec,
@@ -171,7 +171,7 @@ def test_cdi_spec_lists_the_npu_nodes_and_the_compatible_mount() -> None:
 
 def test_node_discovery_fixes_speak_to_the_operator(host_factory: Callable[[str], HostRoot]) -> None:
     from rknnlaunch import NpuNotFoundError, UnknownSocError
-    from rknpu_device_plugin.devices._discovery import discover_on_node
+    from rknpu_node._discovery import discover_on_node
 
     host = host_factory("no-npu")
     with pytest.raises(NpuNotFoundError, match="--host-root"):
@@ -304,7 +304,7 @@ def test_shared_mode_spreads_a_multi_replica_request_over_distinct_cores() -> No
 
 
 def test_shared_mode_can_refuse_requests_above_one_replica() -> None:
-    from rknpu_device_plugin.devices._policy import AllocationError, check_shared_request
+    from rknpu_node._policy import AllocationError, check_shared_request
 
     check_shared_request(["npu-core-0-0"], 1)
     check_shared_request(["npu-core-0-0", "npu-core-1-0"], None)

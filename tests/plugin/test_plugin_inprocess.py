@@ -21,12 +21,13 @@ from fakekubelet import DeviceStream, FakeKubelet, all_health
 
 from fakehost import make_host
 from rknnlaunch.npu import HostRoot
-from rknpu_device_plugin._events import NullEvents
 from rknpu_device_plugin._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
 from rknpu_device_plugin._kubeapi.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from rknpu_device_plugin.devices._manager import ResourceManager
-from rknpu_device_plugin.kubelet._lifecycle import Endpoint, KubeletRegistration, Supervisor
+from rknpu_device_plugin.kubelet._registration import KubeletRegistration
 from rknpu_device_plugin.kubelet._service import DevicePluginService
+from rknpu_node._events import NullEvents
+from rknpu_node._manager import ResourceManager
+from rknpu_serverkit import Endpoint, Supervisor
 
 SOCKET = "rknpu.sock"
 RESOURCE = "rockchip.com/npu"

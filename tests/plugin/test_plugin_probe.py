@@ -29,13 +29,13 @@ from telemetry.fake_podresources import Assignment, PodResourcesServer
 
 from fakehost import make_host
 from rknnlaunch.npu import NpuInfo
-from rknpu_device_plugin.devices._probe import (
+from rknpu_device_plugin.telemetry._nfd import parse_feature_text, plugin_labels
+from rknpu_node._probe import (
     HoldersUnknownError,
     ProbeLoop,
     ProbeResult,
     result_from_child,
 )
-from rknpu_device_plugin.telemetry._nfd import parse_feature_text, plugin_labels
 
 T = TypeVar("T")
 TESTS = Path(__file__).resolve().parents[1]
@@ -289,7 +289,7 @@ def test_a_core_computing_wrong_results_is_caught(probe_rig: Callable[..., Probe
 
 
 def test_expected_output_comparison() -> None:
-    from rknpu_device_plugin.devices._probe_child import output_problem
+    from rknpu_node._probe_child import output_problem
 
     expected = json.loads(_make_probe_model().expected_json())
     want = np.asarray(expected["output"]["values"]).reshape(expected["output"]["shape"])
@@ -516,7 +516,7 @@ def test_loop_does_not_probe_when_holders_are_unknown(
 
 
 def test_probe_input_is_nhwc_whatever_the_metadata_says() -> None:
-    from rknpu_device_plugin.devices._probe_child import nhwc_shape
+    from rknpu_node._probe_child import nhwc_shape
 
     assert nhwc_shape((1, 3, 8, 8)) == (1, 8, 8, 3)
     assert nhwc_shape((1, 8, 8, 3)) == (1, 8, 8, 3)

@@ -485,7 +485,7 @@ def test_bad_settings_exit_2_with_a_fix() -> None:
 def test_plugin_imports_without_cv2_or_onnxruntime() -> None:
     code = (
         "import sys; import rknpu_device_plugin._cli, rknpu_device_plugin.kubelet._service, "
-        "rknpu_device_plugin.kubelet._lifecycle; "
+        "rknpu_device_plugin.kubelet._registration, rknpu_serverkit._serving; "
         "bad = [m for m in ('cv2', 'onnxruntime', 'matplotlib', 'rich') if m in sys.modules]; "
         "sys.exit(1 if bad else 0)"
     )

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from rknnlaunch.npu import HostRoot
-from rknpu_device_plugin._events import NullEvents
-from rknpu_device_plugin.devices._manager import ResourceManager
+from rknpu_node._events import NullEvents
+from rknpu_node._manager import ResourceManager
 
 
 def test_unknown_soc_error_names_the_plugins_soc_flag(

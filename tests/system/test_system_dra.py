@@ -20,15 +20,15 @@ import dra_trial
 from test_system_assembled import IMAGES, IMAGES_ENV, MISSING
 
 from rknnlaunch.npu import DeviceNode, NpuInfo, soc_by_name
-from rknpu_device_plugin.devices import device_ids
-from rknpu_dra_driver._slices import NodeFacts, SliceLayout, desired_slices
+from rknpu_dra_driver.slices._desired import NodeFacts, SliceLayout, desired_slices
+from rknpu_node import device_ids
 
 pytestmark = pytest.mark.slow
 SAMPLE = dra_trial.SAMPLES / dra_trial.DEFAULT_SAMPLE
 
 
 def _node_slices(node: str, soc: str, driver_version: str) -> list[dict[str, Any]]:
-    """The slices our driver publishes for ``node`` (rknpu_dra_driver._slices, auto layout)."""
+    """The slices our driver publishes for ``node`` (rknpu_dra_driver.slices._desired, auto layout)."""
     spec = soc_by_name(soc)
     assert spec is not None
     nodes = (DeviceNode("/dev/dri/card1", "card"), DeviceNode("/dev/dri/renderD129", "render"))

@@ -299,7 +299,7 @@ def test_plugin_events_are_thread_safe() -> None:
 
 
 def test_plugin_metrics_implements_the_plugin_events_protocol() -> None:
-    events = pytest.importorskip("rknpu_device_plugin._events")
+    events = pytest.importorskip("rknpu_node._events")
     for name in ("registered", "restarted", "allocated", "allocation_failed", "health_changed", "probed"):
         ours = inspect.signature(getattr(PluginMetrics, name))
         theirs = inspect.signature(getattr(events.PluginEvents, name))

@@ -13,7 +13,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rknnlaunch.npu import HostRoot, discover
-from rknpu_device_plugin._files import write_atomic
 from rknpu_device_plugin.telemetry._collector import NpuCollector, build_registry
 from rknpu_device_plugin.telemetry._nfd import (
     LABEL_NAMESPACE,
@@ -25,6 +24,7 @@ from rknpu_device_plugin.telemetry._nfd import (
     write_textfile,
 )
 from rknpu_device_plugin.telemetry._sink import PluginMetrics
+from rknpu_serverkit._files import write_atomic
 
 NS = LABEL_NAMESPACE
 # Kubernetes' label grammar: qualified name (prefix/name) and value.

@@ -10,13 +10,13 @@ import pytest
 from fake_podresources import Assignment, PodResourcesServer
 
 from rknpu_device_plugin._kubeapi.podresources.v1 import api_pb2
-from rknpu_device_plugin.devices._policy import core_of
 from rknpu_device_plugin.telemetry._podresources import (
     CoreHolder,
     PodResourcesClient,
     PodResourcesError,
     holders_from_response,
 )
+from rknpu_node._policy import core_of
 
 
 @pytest.mark.parametrize(

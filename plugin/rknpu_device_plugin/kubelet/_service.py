@@ -10,15 +10,12 @@ from collections.abc import AsyncIterator
 import grpc
 import grpc.aio
 
-from .._bounded import quote_ids
-from .._events import PluginEvents
-from .._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
-from .._log import get_logger
-from ..devices import (
+from rknpu_node import (
     AllocationError,
     ContainerPlan,
     DeviceState,
     Mode,
+    PluginEvents,
     ResourceManager,
     check_preferred_request,
     check_request,
@@ -26,7 +23,11 @@ from ..devices import (
     container_plan,
     preferred_allocation,
 )
-from ._lifecycle import StreamingServicer
+from rknpu_serverkit import quote_ids
+
+from .._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
+from .._log import get_logger
+from ._registration import StreamingServicer
 
 _Context = grpc.aio.ServicerContext
 HEALTHY = "Healthy"

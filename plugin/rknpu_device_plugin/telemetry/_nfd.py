@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rknnlaunch.npu import NpuInfo
-
-from .._files import write_atomic
+from rknpu_serverkit import write_atomic
 
 if TYPE_CHECKING:  # prometheus-client loads with the textfile (the exporter checks it is installed first)
     from prometheus_client import CollectorRegistry

@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._events import NullEvents
-from .._files import write_atomic
+from rknpu_node import NullEvents
+from rknpu_serverkit import write_atomic
+
 from ._nfd import PLUGIN_FEATURE_FILE_NAME, feature_text, plugin_labels
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,6 @@ class PluginLabels(NullEvents):
 
 
 if TYPE_CHECKING:
-    from .._events import PluginEvents
+    from rknpu_node import PluginEvents
 
     _IS_PLUGIN_EVENTS: PluginEvents = PluginLabels(Path("."), "core")

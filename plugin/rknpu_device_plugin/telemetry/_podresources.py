@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from ..devices import DEFAULT_RESOURCE_NAME, HoldersUnknownError, cores_of
+from rknpu_node import DEFAULT_RESOURCE_NAME, HoldersUnknownError, cores_of
 
 DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_DRA_DRIVER = "npu.rockchip.com"

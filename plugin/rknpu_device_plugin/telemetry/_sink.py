@@ -143,7 +143,7 @@ def plugin_families(counts: PluginCounts) -> list[Metric]:
 
 
 if TYPE_CHECKING:
-    from .._events import PluginEvents
+    from rknpu_node import PluginEvents
 
     # PluginMetrics must stay a PluginEvents (the plugin passes it as its event sink): mypy checks this.
     _IS_PLUGIN_EVENTS: PluginEvents = PluginMetrics()

@@ -1,0 +1,208 @@
+"""Pure claim logic: which of a ResourceClaim's allocation results are ours (requests, firstAvailable
+subrequests, adminAccess), checked against the devices this node offers; what a prepared claim is
+(the checkpoint's and the CDI spec's record, one CDI device per request)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from rknpu_node import cores_of
+from rknpu_serverkit import quote_ids
+
+
+class ClaimError(ValueError):
+    """One claim cannot be prepared; the message is the per-claim error the kubelet shows."""
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    """A claim as the kubelet names it."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    def describe(self) -> str:
+        return f"ResourceClaim {self.namespace}/{self.name} (uid {self.uid})"
+
+
+def base_request(request: str) -> str:
+    """``npu/pair`` (a firstAvailable subrequest's result) -> ``npu``: the kubelet matches a
+    container's ``resources.claims[].request`` to the base name."""
+    return request.split("/", 1)[0]
+
+
+@dataclass(frozen=True)
+class AllocatedDevice:
+    """One allocation result of ours: the request it serves (``req`` or ``req/subrequest``), its
+    pool and device, and whether it was allocated with adminAccess (no exclusivity)."""
+
+    request: str
+    pool: str
+    device: str
+    admin: bool = False
+
+    @property
+    def base_request(self) -> str:
+        return base_request(self.request)
+
+    def to_json(self) -> dict[str, object]:
+        record: dict[str, object] = {"request": self.request, "pool": self.pool, "device": self.device}
+        if self.admin:
+            record["adminAccess"] = True
+        return record
+
+
+@dataclass(frozen=True)
+class PreparedClaim:
+    """What prepare did for one claim: its devices and their cores. ``cdi_device_id`` is the
+    claim's CDI name; each request is one CDI device, `request_cdi_id` (``<cdi_device_id>-<request>``),
+    so a container gets only the cores of the requests it names."""
+
+    ref: ClaimRef
+    devices: tuple[AllocatedDevice, ...]
+    cdi_device_id: str
+
+    @property
+    def cores(self) -> frozenset[int]:
+        return cores_of(device.device for device in self.devices)
+
+    @property
+    def requests(self) -> tuple[str, ...]:
+        """The base request names, in result order, each once."""
+        return tuple(dict.fromkeys(device.base_request for device in self.devices))
+
+    def request_devices(self, request: str) -> tuple[AllocatedDevice, ...]:
+        return tuple(device for device in self.devices if device.base_request == request)
+
+    def request_cdi_id(self, request: str) -> str:
+        return f"{self.cdi_device_id}-{base_request(request)}"
+
+    @property
+    def exclusive_cores(self) -> frozenset[int]:
+        """The cores this claim holds exclusively (adminAccess results hold none)."""
+        return cores_of(device.device for device in self.devices if not device.admin)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "namespace": self.ref.namespace,
+            "name": self.ref.name,
+            "uid": self.ref.uid,
+            "cdiDeviceID": self.cdi_device_id,
+            "devices": [device.to_json() for device in self.devices],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> PreparedClaim:
+        """Raises ValueError (KeyError/TypeError included) on a malformed record."""
+        devices = data["devices"]
+        if not isinstance(devices, list):
+            raise ValueError("devices is not a list")
+        ref = ClaimRef(_text(data, "namespace"), _text(data, "name"), _text(data, "uid"))
+        return cls(
+            ref,
+            tuple(
+                AllocatedDevice(_text(d, "request"), _text(d, "pool"), _text(d, "device"), _admin(d))
+                for d in devices
+            ),
+            _text(data, "cdiDeviceID"),
+        )
+
+
+def _admin(data: object) -> bool:
+    value = data.get("adminAccess", False) if isinstance(data, Mapping) else False
+    if not isinstance(value, bool):
+        raise ValueError("adminAccess is not a boolean")
+    return value
+
+
+def _text(data: object, key: str) -> str:
+    if not isinstance(data, Mapping) or not isinstance(data.get(key), str):
+        raise ValueError(f"{key} is missing or not a string")
+    value: str = data[key]
+    return value
+
+
+def our_devices(
+    ref: ClaimRef,
+    claim: Mapping[str, object],
+    driver_name: str,
+    pool_name: str,
+    offered: Collection[str],
+) -> tuple[AllocatedDevice, ...]:
+    """The claim's allocation results for ``driver_name``, each checked: the claim's UID is the
+    request's, it is allocated, every result of ours names this node's pool and a device offered
+    now. Raises ClaimError saying what is wrong (a few names and a count, whatever the size)."""
+    metadata = _mapping(claim.get("metadata"))
+    uid = metadata.get("uid")
+    if uid != ref.uid:
+        raise ClaimError(
+            f"{ref.describe()}: the API server's claim of that name has uid {uid!r}; it was deleted "
+            "and re-created since the kubelet asked, so the kubelet retries with the new claim"
+        )
+    allocation = _mapping(_mapping(claim.get("status")).get("allocation"))
+    results = _mapping(allocation.get("devices")).get("results")
+    if not allocation or not isinstance(results, list):
+        raise ClaimError(
+            f"{ref.describe()} is not allocated (it was deallocated after scheduling?); the scheduler "
+            "allocates it again and the kubelet retries"
+        )
+    ours: list[AllocatedDevice] = []
+    for result in results:
+        entry = _mapping(result)
+        if entry.get("driver") != driver_name:
+            continue
+        ours.append(
+            AllocatedDevice(
+                str(entry.get("request", "")),
+                str(entry.get("pool", "")),
+                str(entry.get("device", "")),
+                entry.get("adminAccess") is True,
+            )
+        )
+    if not ours:
+        drivers = sorted({str(_mapping(r).get("driver")) for r in results})
+        raise ClaimError(
+            f"{ref.describe()} has no device of driver {driver_name} (allocated to "
+            f"{quote_ids(drivers) if drivers else 'no driver'}); the kubelet asked the wrong driver"
+        )
+    other_pools = sorted({d.pool for d in ours if d.pool != pool_name})
+    if other_pools:
+        raise ClaimError(
+            f"{ref.describe()} is allocated devices of pool {quote_ids(other_pools)}, not of this node's "
+            f"pool {pool_name!r}; the claim belongs to another node"
+        )
+    names = [d.device for d in ours]
+    unknown = [name for name in dict.fromkeys(names) if name not in offered]
+    if unknown:
+        listed = quote_ids(sorted(offered)) if offered else "none (no healthy NPU core)"
+        raise ClaimError(
+            f"{ref.describe()} names device {quote_ids(unknown)} ({len(names):,} device(s) in all) that "
+            f"this node does not offer (it offers {listed}); reallocate the claim"
+        )
+    return tuple(ours)
+
+
+def stale_reason(
+    ref: ClaimRef, claim: Mapping[str, object] | None, driver_name: str, pool_name: str
+) -> str | None:
+    """Why a claim prepared here in an earlier boot no longer holds its cores, given the API
+    server's claim of that name (None: there is none), or None while it still does. Such a claim
+    the kubelet never unprepares: it is deleted, re-created under a new uid, or deallocated or
+    reallocated elsewhere (no result of ``driver_name`` in this node's pool any more)."""
+    if claim is None:
+        return "deleted from the API server"
+    if _mapping(claim.get("metadata")).get("uid") != ref.uid:
+        return "deleted and re-created under another uid"
+    allocation = _mapping(_mapping(claim.get("status")).get("allocation"))
+    results = _mapping(allocation.get("devices")).get("results")
+    for result in results if isinstance(results, list) else ():
+        entry = _mapping(result)
+        if entry.get("driver") == driver_name and entry.get("pool") == pool_name:
+            return None
+    return f"no longer allocated a device of {driver_name} on this node"
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, Mapping) else {}

@@ -1,0 +1,100 @@
+"""Both of the driver's sockets for the kubelet: the DRA services' socket, served first, and the
+registration socket (the kit's `Supervisor`, which serves it again whenever it is removed)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+
+from rknpu_serverkit import Endpoint, Supervisor
+
+from .._log import get_logger
+from ..claims import ClaimStore
+from ._dra_service import add_dra_services
+from ._health import HealthBoard
+from ._instance import dra_socket_name, registration_socket_name, remove_dead_sockets
+from ._registration import RegistrationService, ServedForDiscovery
+
+_log = get_logger("kubelet")
+
+WORKERS = 8
+"""Prepare/unprepare calls and the kubelet's health streams (one per plugin connection)."""
+REGISTRATION_STOP_S = 1.5
+"""Stop: how long the registration socket's supervisor gets to stop serving and remove it."""
+
+
+class KubeletServers:
+    """Both servers: the DRA socket is served before the registration socket appears, so the
+    kubelet, which dials the endpoint as soon as it sees the registration socket, finds it ready.
+    The registration socket is the kit's `Supervisor`'s, on a thread of its own: it
+    serves the socket and serves it again whenever it is removed or replaced (someone cleaned the
+    folder), and the kubelet then registers us again.
+
+    With an instance id (a rolling update) the socket names are the instance's own, so an old and
+    a new instance serve side by side; the kubelet (1.33+) calls the newest registered one."""
+
+    def __init__(
+        self,
+        store: ClaimStore,
+        board: HealthBoard,
+        driver_name: str,
+        plugin_dir: Path,
+        registration_dir: Path,
+        instance_id: str = "",
+        use_inotify: bool = True,
+    ) -> None:
+        self.driver_name = driver_name
+        self.instance_id = instance_id
+        self.dra_socket = plugin_dir / dra_socket_name(instance_id)
+        self.registration_socket = registration_dir / registration_socket_name(
+            registration_dir, driver_name, instance_id
+        )
+        self.registration = RegistrationService(driver_name, self.dra_socket)
+        self._board = board
+        self._dra = grpc.server(ThreadPoolExecutor(WORKERS, thread_name_prefix="dra"))
+        add_dra_services(self._dra, store, board)
+        endpoint = Endpoint(registration_dir, self.registration_socket.name, driver_name)
+        self._supervisor = Supervisor(
+            registration_dir,
+            lambda: endpoint,
+            self.registration,
+            ServedForDiscovery(),
+            use_inotify=use_inotify,
+        )
+        self._stopping = threading.Event()
+        self._supervising: threading.Thread | None = None
+
+    def _serve(self, server: grpc.Server, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        server.add_insecure_port(f"unix://{path}")
+        server.start()
+        os.chmod(path, 0o600)
+        _log.info("serving", extra={"fields": {"socket": str(path)}})
+
+    def start(self) -> None:
+        """Serve both sockets (mode 0600: only the kubelet, as root, may call us)."""
+        remove_dead_sockets(self.driver_name, self.dra_socket, self.registration_socket)
+        self._serve(self._dra, self.dra_socket)
+        self._supervising = threading.Thread(
+            target=self._supervisor.run, args=(self._stopping,), name="registration", daemon=True
+        )
+        self._supervising.start()
+
+    def stop(self) -> None:
+        """Registration first (the kubelet deregisters on its removal and turns to another
+        instance), then the health streams end, then the DRA socket with a short grace."""
+        self._stopping.set()
+        self._supervisor.wake()
+        if self._supervising is not None:
+            self._supervising.join(REGISTRATION_STOP_S)  # it stops serving and removes the socket
+        self._board.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.dra_socket)
+        self._dra.stop(grace=0.5).wait(1.0)

@@ -1,0 +1,46 @@
+"""ResourceSlices: the pure desired slices per layout, and the publisher that reconciles the API
+server's slices with them."""
+
+from typing import TYPE_CHECKING
+
+from rknnlaunch import lazy_attributes
+
+if TYPE_CHECKING:
+    from ._desired import (
+        NodeFacts,
+        SliceLayout,
+        all_offered_devices,
+        desired_slices,
+        fields_dropped,
+        layout_core_sets,
+        set_device_id,
+    )
+    from ._facts import node_facts
+    from ._publisher import SlicePublisher
+
+# What other rooms use, by defining module; imported on first use (PEP 562).
+_LAZY = {
+    "NodeFacts": "._desired",
+    "SliceLayout": "._desired",
+    "all_offered_devices": "._desired",
+    "desired_slices": "._desired",
+    "fields_dropped": "._desired",
+    "layout_core_sets": "._desired",
+    "set_device_id": "._desired",
+    "SlicePublisher": "._publisher",
+    "node_facts": "._facts",
+}
+
+__getattr__ = lazy_attributes(__name__, _LAZY)
+
+__all__ = [
+    "NodeFacts",
+    "SliceLayout",
+    "all_offered_devices",
+    "desired_slices",
+    "fields_dropped",
+    "layout_core_sets",
+    "set_device_id",
+    "SlicePublisher",
+    "node_facts",
+]
