@@ -35,6 +35,7 @@ ENV_NAMES: dict[str, str] = {
     "compatible_file": "RKNN_NPU_COMPATIBLE_FILE",
     "librknnrt_source": "RKNN_NPU_LIBRKNNRT_SOURCE",
     "claim": "RKNN_NPU_CLAIM",
+    "metadata": "RKNN_NPU_METADATA",
     "root": "RKNNLAUNCH_ROOT",
     "log_level": "RKNNLAUNCH_LOG_LEVEL",
 }
@@ -76,6 +77,9 @@ class NpuSettings(BaseSettings):
     """``host:<node path>`` when the plugin mounted the node's librknnrt.so (``--host-librknnrt``)."""
     claim: str | None = _env("RKNN_NPU_CLAIM")
     """``<namespace>/<name>/<uid>`` of the DRA claim the cores came from (the DRA driver sets it)."""
+    metadata: str | None = _env("RKNN_NPU_METADATA")
+    """A DRA device-metadata file or folder (KEP-5304); default: the kubelet's folder under the root
+    (/var/run/kubernetes.io/dra-device-attributes). Its cores win over the env (docs/dra.md)."""
     root: str = Field(default="/", validation_alias=AliasChoices("RKNNLAUNCH_ROOT"))
     """Filesystem root to discover the NPU under (tests and chroots); ``/`` in a pod."""
     log_level: LogLevel = Field(default="warning", validation_alias=AliasChoices("RKNNLAUNCH_LOG_LEVEL"))

@@ -1,5 +1,7 @@
-"""Choosing the layout of a set of output shapes (`plan_layout`): the forced one, or every layout
-that fits in order of preference, with a note naming the others and one `ModelError` when none does."""
+"""Choosing the layout of a set of output shapes (`plan_layout`).
+
+The forced one, or every layout that fits in order of preference, with a note naming the others
+and one `ModelError` when none does."""
 
 from __future__ import annotations
 
@@ -7,12 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .._errors import ModelError, UsageError
+from ..._errors import ModelError, UsageError
 from ._catalog import TASK_OF, Layout, Task, parse_layout, parse_task
-from ._fit_rknn import fit_rknn_combined, fit_rknn_det, fit_rknn_seg, fit_rknn_yolov5
-from ._fit_tables import fit_end2end, fit_ultralytics
 from ._hints import Hints, hints_from, parse_anchors
 from ._plan import Mismatch, Plan, Shape
+from ._rknn import fit_rknn_combined, fit_rknn_det, fit_rknn_seg, fit_rknn_yolov5
+from ._tables import fit_end2end, fit_ultralytics
 
 
 def _shape_list(shapes: Sequence[Shape]) -> str:

@@ -1,5 +1,6 @@
-"""Candidates of single-table heads: Ultralytics' ``[1, 4 + nc + extras, N]`` tables and the NMS-free
-end-to-end ``[1, N, 6 + extras]`` rows."""
+"""Candidates of single-table heads: Ultralytics tables and NMS-free end-to-end rows.
+
+Ultralytics' ``[1, 4 + nc + extras, N]`` tables and end-to-end ``[1, N, 6 + extras]`` rows."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..layouts import Plan
 from ._candidates import Found, best_classes, empty_found, keypoint_triples
-from ._plan import Plan
 from ._quant import Quant, Tensor, dequantise, quantised_floor
 
 

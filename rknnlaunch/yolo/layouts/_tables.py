@@ -1,5 +1,7 @@
-"""Fitting the single-table layouts: Ultralytics' ``[1, C, N]`` tables (detect/seg/pose/obb) and
-the NMS-free end-to-end ``[1, N, 6 + extras]`` rows, told apart by whether rows are anchors."""
+"""Fitting the single-table layouts to output shapes: Ultralytics tables and end-to-end rows.
+
+Ultralytics' ``[1, C, N]`` tables (detect/seg/pose/obb) and the NMS-free end-to-end
+``[1, N, 6 + extras]`` rows, told apart by whether rows are anchors."""
 
 from __future__ import annotations
 

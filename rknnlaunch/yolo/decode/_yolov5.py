@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..layouts import Plan
 from ._candidates import Found, empty_found
-from ._plan import Plan
 from ._quant import Quant, Tensor, dequantise, quantised_floor
 
 

@@ -1,5 +1,7 @@
-"""What fitting a layout to output shapes gives: a `Plan` (with a `Branch` per stride of a split
-head) for the decoder, or a `Mismatch` saying why the layout does not fit."""
+"""What fitting a layout to output shapes gives: a `Plan` for the decoder, or a `Mismatch`.
+
+A `Plan` holds a `Branch` per stride of a split head; a `Mismatch` says why the layout does not
+fit."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""What a model's metadata says about its outputs (`Hints`: task, class names, keypoint shape,
-input size, end2end, layout) and YOLOv5 anchors, the standard ones or given."""
+"""What a model's metadata says about its outputs (`Hints`), and YOLOv5 anchors.
+
+`Hints`: task, class names, keypoint shape, input size, end2end, layout. Anchors: the standard
+ones or given."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import ModelError, UsageError
+from ..._errors import ModelError, UsageError
 from ._catalog import Layout, Task, parse_layout, parse_task
 
 YOLOV5_ANCHORS: tuple[tuple[tuple[float, float], ...], ...] = (

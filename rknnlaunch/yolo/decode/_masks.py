@@ -12,7 +12,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from ._types import LetterboxInfo
+from .._types import LetterboxInfo
 
 MaskResolution = Literal["proto", "image"]
 
@@ -73,7 +73,7 @@ def source_region(info: LetterboxInfo, width: int, height: int) -> tuple[float, 
     return (info.pad_x * sx, info.pad_y * sy, (info.pad_x + new_w) * sx, (info.pad_y + new_h) * sy)
 
 
-def image_masks(
+def source_masks(
     coefficients: npt.NDArray[np.float32],
     protos: Protos,
     source_boxes: npt.NDArray[np.float32],

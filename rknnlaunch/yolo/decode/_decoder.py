@@ -1,6 +1,7 @@
-"""The decoder of one fixed layout (`Decoder`) and `make_decoder`, the one factory every decoder
-comes from: checks the outputs, runs the layout's candidate stage, NMS (or top-k), and maps the
-kept detections (boxes, keypoints, masks) into source-image pixels."""
+"""The decoder of one fixed layout (`Decoder`) and `make_decoder`, the factory every decoder comes from.
+
+A call checks the outputs, runs the layout's candidate stage, NMS (or top-k), and maps the kept
+detections (boxes, keypoints, masks) into source-image pixels."""
 
 from __future__ import annotations
 
@@ -11,19 +12,16 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import ModelError, UsageError
+from ..._errors import ModelError, UsageError
+from .._nms import nms
+from .._rotated import nms_rotated
+from .._types import Detections, LetterboxInfo
+from ..layouts import Layout, Plan, Task, class_names, plan_layout
 from ._candidates import Found, keep_finite, mask_channels
-from ._catalog import Layout, Task
-from ._choose import plan_layout
 from ._dfl import decode_split
-from ._hints import class_names
-from ._masks import MaskResolution, Protos, image_masks, proto_masks, source_region
-from ._nms import nms
-from ._plan import Plan
+from ._masks import MaskResolution, Protos, proto_masks, source_masks, source_region
 from ._quant import Quant, Tensor, dequantise
-from ._rotated import nms_rotated
 from ._tables import decode_end2end, decode_table
-from ._types import Detections, LetterboxInfo
 from ._yolov5 import decode_yolov5
 
 log = logging.getLogger("rknnlaunch.yolo")
@@ -221,7 +219,7 @@ class Decoder:
             protos = self._protos(outputs, plan.protos)
             width, height = self._input_size(outputs, info)
             if self.masks == "image" and info is not None:
-                masks = image_masks(coefficients, protos, boxes, info)
+                masks = source_masks(coefficients, protos, boxes, info)
                 region = (0.0, 0.0, float(info.source_width), float(info.source_height))
             else:
                 masks = proto_masks(coefficients, protos, input_boxes, width, height)

@@ -1,5 +1,7 @@
-"""Fitting the rknn_model_zoo layouts, split per stride: rknn-9/6/yolov10 detection, rknn-seg,
-rknn-pose / rknn-obb (box+scores per stride plus one tensor) and rknn-yolov5 (anchor heads)."""
+"""Fitting the rknn_model_zoo layouts, split per stride, to output shapes.
+
+rknn-9/6/yolov10 detection, rknn-seg, rknn-pose / rknn-obb (box+scores per stride plus one
+tensor) and rknn-yolov5 (anchor heads)."""
 
 from __future__ import annotations
 

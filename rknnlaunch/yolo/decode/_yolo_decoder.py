@@ -1,5 +1,7 @@
-"""`YoloDecoder`: a `make_decoder` decoder per set of output shapes it sees (what `Detector` and the
-CLI use), `postprocess` (one frame, one call), and the deprecated threshold spellings."""
+"""`YoloDecoder` (any layout: a `make_decoder` decoder per set of output shapes) and `postprocess`.
+
+`YoloDecoder` is what `Detector` and the CLI use; `postprocess` is one frame in one call. Both
+take the deprecated threshold spellings."""
 
 from __future__ import annotations
 
@@ -7,11 +9,11 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._catalog import Layout, Task, parse_layout
+from .._types import Detections, LetterboxInfo
+from ..layouts import Layout, Task, parse_layout
 from ._decoder import Decoder, check_thresholds, make_decoder
 from ._masks import MaskResolution
 from ._quant import Quant, Tensor
-from ._types import Detections, LetterboxInfo
 
 
 def _deprecated_threshold(old: str, new: str, value: float | None, current: float) -> float:

@@ -1,5 +1,6 @@
-"""Candidates of rknn_model_zoo DFL heads split per stride (rknn-9/6/yolov10/seg/pose/obb), and the
-DFL expectation `dfl_distances` that turns their box logits into distances."""
+"""Candidates of rknn_model_zoo DFL heads split per stride, and the DFL expectation `dfl_distances`.
+
+The heads: rknn-9/6/yolov10/seg/pose/obb; `dfl_distances` turns their box logits into distances."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from ..layouts import Plan
 from ._candidates import Found, best_classes, empty_found, keypoint_triples
-from ._plan import Plan
 from ._quant import FloatArray, IntArray, Quant, Tensor, dequantise, quantised_floor
 
 

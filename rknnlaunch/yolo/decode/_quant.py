@@ -1,5 +1,7 @@
-"""Raw output tensors and their int8/uint8 quantisation: `Quant`, dequantising, and a threshold
-moved into a tensor's own (quantised) domain so candidates are filtered before any conversion."""
+"""Raw output tensors and their int8/uint8 quantisation (`Quant`).
+
+Dequantising, and a threshold moved into a tensor's own (quantised) domain so candidates are
+filtered before any conversion."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from .._errors import UsageError
+from ..._errors import UsageError
 
 FloatArray = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.intp]

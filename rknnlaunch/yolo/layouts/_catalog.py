@@ -1,11 +1,12 @@
-"""The YOLO output layouts and tasks we decode: their names (`Layout`, `Task`), the task of each
-layout, and reading a layout or task name a user or a model's metadata gives."""
+"""The names of the YOLO output layouts and tasks we decode (`Layout`, `Task`).
+
+The task of each layout, and reading a layout or task name a user or a model's metadata gives."""
 
 from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from .._errors import UsageError
+from ..._errors import UsageError
 
 Layout = Literal[
     "rknn-9",

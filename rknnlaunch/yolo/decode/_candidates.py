@@ -1,5 +1,7 @@
-"""Candidate detections before NMS (`Found`, in model-input pixels): the best class per anchor,
-keypoint triples, the empty set with the task's fields, and dropping non-finite candidates."""
+"""Candidate detections before NMS (`Found`, in model-input pixels) and the helpers every head shares.
+
+The best class per anchor, keypoint triples, the empty set with the task's fields, and dropping
+non-finite candidates."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._plan import Plan
+from ..layouts import Plan
 from ._quant import FloatArray, IntArray, Quant, Tensor, dequantise
 
 
