@@ -184,6 +184,7 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
         )
         resources.when_missing = "publishing no devices and re-scanning for a late driver load"
         resources.scan()
+        facts = node_facts(host, settings.host_librknnrt)
         store = ClaimStore(
             api,
             resources,
@@ -193,6 +194,8 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
             settings.cdi_dir,
             boot_id=boot_id(host),
             metrics=metrics,
+            facts=facts,
+            max_shares=settings.max_shares,
         )
         store.load()
         publisher = SlicePublisher(
@@ -200,8 +203,9 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
             resources,
             settings.node_name,
             settings.driver_name,
-            node_facts(host, settings.host_librknnrt),
+            facts,
             layout=settings.slice_layout,
+            max_shares=settings.max_shares,
             metrics=metrics,
         )
         api.on_ready = publisher.wake
