@@ -6,23 +6,22 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rknnlaunch import UsageError, __version__
-from rknnlaunch.npu import HostRoot, soc_by_name
+from rknnlaunch.npu import HostRoot
 from rknpu_node import NullEvents, PluginEvents, TeeEvents, cdi_spec
 from rknpu_serverkit import (
     ActorGroup,
+    ServerProgram,
     check_host_root,
     check_modules,
     check_readable_file,
     check_writable_folder,
     closing_actor,
     parse_address,
-    server_main,
     write_atomic,
 )
 
@@ -31,25 +30,11 @@ from ._settings import PluginSettings, build_parser, settings_from
 
 if TYPE_CHECKING:
     from rknpu_node import ResourceManager
+    from rknpu_serverkit import Supervisor
 
 PROG = "rknpu-device-plugin"
 SHUTDOWN_JOIN_SECONDS = 1.5
 _log = get_logger()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the plugin until SIGTERM/SIGINT (`rknpu_serverkit.server_main`: exit codes, and the
-    process ends there when run as the program)."""
-    return server_main(
-        argv,
-        prog=PROG,
-        logger_name=LOGGER_NAME,
-        build_parser=build_parser,
-        settings_from=settings_from,
-        setup_logging=setup_logging,
-        run=run,
-        preflight=preflight,
-    )
 
 
 _PROBE_FIX = (
@@ -107,23 +92,48 @@ def _serve(
     settings: PluginSettings, host: HostRoot, metrics_module: Any, metrics: PluginEvents, events: PluginEvents
 ) -> int:
     """Scan, then run the plugin's actors until a signal (or the first actor's end) stops them all."""
-    # gRPC is imported here, not at module level, so `--help` and bad settings answer fast.
-    from rknpu_node import ResourceManager
-    from rknpu_serverkit import Endpoint, Supervisor
+    from rknpu_node import health_actor, probe_actor
 
-    from .kubelet import DevicePluginService, KubeletRegistration
+    resources = _scanned(settings, events)
+    if resources is None:
+        return 1
+    # One budget for all actors, not one each: SIGTERM must end the process within 2 s.
+    group = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)
+    group.add_signals(lambda signum: _log.info("stopping", extra={"fields": {"signal": signum}}))
+    if metrics_module is not None:
+        # Pod attribution matches a "{soc}" resource name template itself (any SoC's name).
+        metrics_server = metrics_module.start_metrics_server(
+            settings.metrics_address,
+            metrics,
+            host,
+            lambda: resources.info,
+            settings.pod_resources_socket,
+            settings.resource_name,
+        )
+        group.add(*closing_actor(metrics_server.stop), name="metrics")
+    supervisor = _supervisor(settings, resources, events)
+    resources.on_ready = supervisor.wake
+    # Interrupts run in the order added: health first (no new scans), then the probe (a child in
+    # flight is killed, not awaited), the supervisor last (it unregisters from kubelet).
+    group.add(*health_actor(resources), name="health")
+    if settings.probe_model is not None:
+        from .telemetry import held_cores_asker
 
-    resources = ResourceManager(
-        host,
-        events,
-        mode=settings.mode,
-        replicas=settings.replicas,
-        soc_hint=soc_by_name(settings.soc) if settings.soc else None,
-        health_interval=settings.health_interval,
-        use_inotify=settings.inotify,
-        extra_devices=settings.extra_device,
-        host_librknnrt=settings.host_librknnrt,
-    )
+        held = held_cores_asker(settings.pod_resources_socket, settings.resource_name)
+        group.add(*probe_actor(resources, events, settings, held), name="probe")
+    group.add(*supervisor.actor(), name="supervisor")
+    try:
+        group.run()
+    finally:
+        _log.info("stopped")
+    return 0
+
+
+def _scanned(settings: PluginSettings, events: PluginEvents) -> ResourceManager | None:
+    """The node's NPU, scanned; None when none is found and --fail-on-init-error says to exit 1."""
+    from rknpu_node import node_resources
+
+    resources = node_resources(settings, events, settings.mode, settings.replicas)
     _log.info(
         "starting",
         extra={
@@ -140,22 +150,16 @@ def _serve(
         resources.when_missing = "exiting with status 1 (--fail-on-init-error)"
     resources.scan()
     if resources.info is None and settings.fail_on_init_error:
-        return 1
+        return None
+    return resources
 
-    # One budget for all actors, not one each: SIGTERM must end the process within 2 s.
-    group = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)
-    group.add_signals(lambda signum: _log.info("stopping", extra={"fields": {"signal": signum}}))
-    if metrics_module is not None:
-        # Pod attribution matches a "{soc}" resource name template itself (any SoC's name).
-        metrics_server = metrics_module.start_metrics_server(
-            settings.metrics_address,
-            metrics,
-            host,
-            lambda: resources.info,
-            settings.pod_resources_socket,
-            settings.resource_name,
-        )
-        group.add(*closing_actor(metrics_server.stop), name="metrics")
+
+def _supervisor(settings: PluginSettings, resources: ResourceManager, events: PluginEvents) -> Supervisor:
+    """Serve the DevicePlugin service on our socket and Register it with the kubelet, again after
+    every kubelet restart (the kit's `Supervisor`; the socket's name follows the SoC found)."""
+    from rknpu_serverkit import Endpoint, Supervisor
+
+    from .kubelet import DevicePluginService, KubeletRegistration
 
     service = DevicePluginService(
         resources,
@@ -179,7 +183,7 @@ def _serve(
         if settings.cdi:
             service.cdi = _write_cdi_spec(settings, resources)
 
-    supervisor = Supervisor(
+    return Supervisor(
         settings.device_plugin_dir,
         endpoint_for,
         service,
@@ -187,55 +191,6 @@ def _serve(
         before_serve=before_serve,
         use_inotify=settings.inotify,
     )
-    resources.on_ready = supervisor.wake
-    # The loops share one stop flag; each actor's interrupt sets it and wakes its own loop.
-    # Interrupts run in the order added: health first (no new scans), then the probe (a child in
-    # flight is killed, not awaited), the supervisor last (it unregisters from kubelet).
-    stop = threading.Event()
-
-    def stop_health() -> None:
-        stop.set()
-        resources.close()
-
-    group.add(lambda: resources.run(stop), stop_health, name="health")
-    if settings.probe_model is not None:
-        from rknpu_node import ProbeLoop, ProbeRunner
-
-        from .telemetry import held_cores_asker
-
-        probe = ProbeLoop(
-            resources,
-            events,
-            ProbeRunner(settings.probe_timeout, settings.host_root),
-            settings.resolved_probe_model,
-            held_cores_asker(settings.pod_resources_socket, settings.resource_name),
-            settings.probe_interval,
-        )
-        probe.begin()  # before serving: no core is offered until its first verdict
-        wake_supervisor = resources.on_ready
-
-        def on_ready() -> None:  # an NPU found late: hold its cores back before they are served
-            probe.begin()
-            wake_supervisor()
-
-        resources.on_ready = on_ready
-
-        def stop_probe() -> None:
-            stop.set()
-            probe.close()
-
-        group.add(lambda: probe.run(stop), stop_probe, name="probe")
-
-    def stop_supervisor() -> None:
-        stop.set()
-        supervisor.wake()
-
-    group.add(lambda: supervisor.run(stop), stop_supervisor, name="supervisor")
-    try:
-        group.run()
-    finally:
-        _log.info("stopped")
-    return 0
 
 
 def _metrics_module() -> Any:
@@ -265,3 +220,12 @@ def _write_cdi_spec(settings: PluginSettings, resources: ResourceManager) -> boo
         return False
     _log.info("wrote CDI spec", extra={"fields": {"path": str(path), "device": "rockchip.com/npu=npu"}})
     return True
+
+
+PROGRAM = ServerProgram(PROG, LOGGER_NAME, build_parser, settings_from, setup_logging, run, preflight)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the plugin until SIGTERM/SIGINT (`rknpu_serverkit.server_main`: exit codes, and the
+    process ends there when run as the program)."""
+    return PROGRAM.main(argv)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         whole_device_id,
     )
     from ._probe import HoldersUnknownError, ProbeLoop, ProbeRunner
+    from ._wiring import Actor, NodeSettings, health_actor, node_resources, probe_actor
 
 # What other layers may use, by defining module; imported on first use (PEP 562), so importing
 # the package costs nothing.
@@ -46,6 +47,11 @@ _LAZY = {
     "ContainerPlan": "._policy",
     "DEFAULT_RESOURCE_NAME": "._policy",
     "DeviceState": "._manager",
+    "Actor": "._wiring",
+    "NodeSettings": "._wiring",
+    "health_actor": "._wiring",
+    "node_resources": "._wiring",
+    "probe_actor": "._wiring",
     "NullEvents": "._events",
     "PluginEvents": "._events",
     "TeeEvents": "._events",
@@ -73,6 +79,11 @@ __getattr__ = lazy_attributes(__name__, _LAZY)
 __all__ = [
     "ENV_PREFIX",
     "LAYER_LOGGERS",
+    "Actor",
+    "NodeSettings",
+    "health_actor",
+    "node_resources",
+    "probe_actor",
     "NullEvents",
     "PluginEvents",
     "TeeEvents",

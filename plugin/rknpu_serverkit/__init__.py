@@ -67,7 +67,7 @@ from ._flags import (
 )
 from ._group import ActorDied, ActorGroup, closing_actor
 from ._logging import MAX_LOG_LINE_CHARS, JsonFormatter, TextFormatter, setup_logging
-from ._main import ServerSettings, server_main
+from ._main import ServerProgram, ServerSettings, server_main
 from ._preflight import (
     PERMISSION_FIX,
     check_host_root,
@@ -156,6 +156,7 @@ __all__ = [
     "check_soc_name",
     "closing_actor",
     "server_main",
+    "ServerProgram",
     "ServerSettings",
     "describe_os_error",
     "end_server_process",

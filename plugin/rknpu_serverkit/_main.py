@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from rknnlaunch import __version__, run_main
 
@@ -67,3 +68,29 @@ def server_main(
     if argv is not None:
         return run_main(prog, lambda: body(argv), logger_name)
     end_server_process(run_main(prog, lambda: body(sys.argv[1:]), logger_name))
+
+
+@dataclass(frozen=True)
+class ServerProgram(Generic[_S]):
+    """A server program as `server_main` runs it: its `main` is ``program.main``."""
+
+    prog: str
+    logger_name: str
+    build_parser: Callable[[], argparse.ArgumentParser]
+    settings_from: Callable[[argparse.Namespace], _S]
+    setup_logging: Callable[[str, str], Callable[[], None]]
+    run: Callable[[_S], int]
+    preflight: Callable[[_S], None] | None = None
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        """`server_main` with this program's parts."""
+        return server_main(
+            argv,
+            prog=self.prog,
+            logger_name=self.logger_name,
+            build_parser=self.build_parser,
+            settings_from=self.settings_from,
+            setup_logging=self.setup_logging,
+            run=self.run,
+            preflight=self.preflight,
+        )

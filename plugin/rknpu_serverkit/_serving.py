@@ -253,6 +253,16 @@ class Supervisor:
         if self._watcher is not None:
             self._watcher.wake()
 
+    def actor(self) -> tuple[Callable[[], None], Callable[[], None]]:
+        """(execute, interrupt) for an `ActorGroup`: supervise until interrupted."""
+        stop = threading.Event()
+
+        def interrupt() -> None:
+            stop.set()
+            self.wake()
+
+        return lambda: self.run(stop), interrupt
+
     def _wait(self, watcher: FolderWatcher, timeout: float) -> None:
         if self._wake.is_set():
             self._wake.clear()

@@ -218,6 +218,13 @@ class FakeApiServer:
             if not self.changed.wait_for(lambda: self.watching >= count, timeout):
                 raise TimeoutError(f"{count} watch(es) never opened")
 
+    def wait_request(self, method: str, path: str, since: int, timeout: float = 60.0) -> None:
+        """Wait until request ``method path`` arrived after the first ``since`` requests (it may
+        still be in flight: a slow server answers it ``delay`` seconds later)."""
+        with self.changed:
+            if not self.changed.wait_for(lambda: (method, path) in self.requests[since:], timeout):
+                raise AssertionError(f"no {method} {path} within {timeout} s")
+
     def wait_slices(self, predicate: Any, timeout: float = 60.0) -> dict[str, dict[str, Any]]:
         """Wait until ``predicate(slices)`` holds (a condition, not a sleep); the slices then."""
         deadline = time.monotonic() + timeout
@@ -267,10 +274,11 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def _serve(self, method: str) -> None:
             url = urllib.parse.urlsplit(self.path)
             body = self._body() if method in ("POST", "PUT") else {}
-            with api.lock:
+            with api.changed:
                 api.requests.append((method, url.path))
                 api.authorizations.add(self.headers.get("Authorization") or "")
                 delay, down = api.delay, api.down
+                api.changed.notify_all()  # wait_request
             if delay:
                 time.sleep(delay)  # the emulated slow server (the client's timeout is under test)
             if down:

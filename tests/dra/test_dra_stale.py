@@ -14,9 +14,9 @@ import pytest
 
 from fakehost import make_host
 from rknnlaunch.npu import HostRoot
-from rknpu_dra_driver._cli import _clean_stale
 from rknpu_dra_driver.apiserver._api import ApiError, KubeApi
 from rknpu_dra_driver.claims._claim import ClaimRef
+from rknpu_dra_driver.claims._stale import clean_stale_loop as _clean_stale
 from rknpu_dra_driver.claims._store import ClaimStore
 from rknpu_node import NullEvents, ResourceManager
 
@@ -152,7 +152,7 @@ class _Ready:
 def test_the_clean_up_repeats_while_earlier_claims_remain_then_stops_asking(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import rknpu_dra_driver._cli as cli
+    import rknpu_dra_driver.claims._stale as cli
 
     monkeypatch.setattr(cli, "STALE_RETRY_S", 0.01)
     store = _Counting([None, 2, 1, 0])

@@ -28,6 +28,7 @@ from rknpu_serverkit import (
     ActorGroup,
     LogFormat,
     LogLevel,
+    ServerProgram,
     UsageParser,
     add_setting_flags,
     check_host_root,
@@ -36,7 +37,6 @@ from rknpu_serverkit import (
     check_writable_folder,
     describe_os_error,
     parse_address,
-    server_main,
     server_settings_config,
     settings_from_flags,
 )
@@ -297,22 +297,6 @@ def _writing(what: str, flag: str, folder: Path) -> Iterator[None]:
         ) from None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run rknpu-exporter (`rknpu_serverkit.server_main`): exit codes as in `rknnlaunch.run_main`
-    (0 ok or a clean stop on SIGTERM/SIGINT, 1 no usable NPU with --once or an unwritable output,
-    2 bad settings); run as the program (``argv`` None), the process ends there."""
-    return server_main(
-        argv,
-        prog=PROG,
-        logger_name=LOGGER_NAME,
-        build_parser=build_parser,
-        settings_from=settings_from,
-        setup_logging=setup_logging,
-        run=run,
-        preflight=preflight,
-    )
-
-
 def run(settings: ExporterSettings) -> int:
     exporter = Exporter(settings)
     try:
@@ -341,6 +325,16 @@ def run(settings: ExporterSettings) -> int:
 
 def _said_stopping(signum: int) -> None:
     log.info("signal %d: stopping", signum)
+
+
+PROGRAM = ServerProgram(PROG, LOGGER_NAME, build_parser, settings_from, setup_logging, run, preflight)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run rknpu-exporter (`rknpu_serverkit.server_main`): exit codes as in `rknnlaunch.run_main`
+    (0 ok or a clean stop on SIGTERM/SIGINT, 1 no usable NPU with --once or an unwritable output,
+    2 bad settings); run as the program (``argv`` None), the process ends there."""
+    return PROGRAM.main(argv)
 
 
 if __name__ == "__main__":

@@ -76,6 +76,7 @@ class KubeApi:
         self._transport: Transport | None = None
         self._watches: set[Stream] = set()
         self._watches_lock = threading.Lock()
+        self._stopped_threads: set[threading.Thread] = set()
         self.on_ready: Callable[[], None] = lambda: None
         """Called once the client is built (the slice publisher retries at once)."""
 
@@ -128,20 +129,6 @@ class KubeApi:
         _log.debug("API transport ready", extra={"fields": {"transport": self.transport}})
         self.on_ready()
 
-    def start(self) -> threading.Thread:
-        """`connect` on a thread; a failure is logged once and every call then raises ApiError."""
-
-        def connect_logged() -> None:
-            try:
-                self.connect()
-            except RknnLaunchError as exc:
-                if self._error != STOPPING:
-                    _log.error("no API client", extra={"fields": {"error": str(exc)}})
-
-        thread = threading.Thread(target=connect_logged, name="api-client", daemon=True)
-        thread.start()
-        return thread
-
     def close(self) -> None:
         """Stopping: a call waiting for the client returns (with ApiError) at once."""
         if not self._ready.is_set():
@@ -157,6 +144,16 @@ class KubeApi:
             with contextlib.suppress(Exception):
                 stream.close()
 
+    def stop_calls_of(self, *threads: threading.Thread | None) -> None:
+        """A loop stops: the calls its ``threads`` are waiting on fail now, and their later calls at
+        once (ApiError), so the loop ends within its stop budget even on a slow API server.
+        Other callers (a prepare in flight) are left alone."""
+        stopping = {thread for thread in threads if thread is not None}
+        with self._watches_lock:
+            self._stopped_threads |= stopping
+        if self._transport is not None:
+            self._transport.cut(stopping)
+
     def wait_ready(self, timeout: float) -> bool:
         """Wait for the client to be built (or to have failed); True if it is usable."""
         return self._ready.wait(timeout) and self._error is None
@@ -166,6 +163,8 @@ class KubeApi:
         return self._ready.is_set() and self._error is None
 
     def _use(self, what: str) -> Transport:
+        if threading.current_thread() in self._stopped_threads:
+            raise ApiError(f"{what}: stopping")
         if not self._ready.wait(self.timeout):
             raise ApiError(f"{what}: the API client is still starting")
         if self._error is not None or self._transport is None:

@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -58,6 +58,10 @@ class Transport(Protocol):
 
     def stream(self, path: str, query: Query, timeout: tuple[float, float]) -> Stream:
         """An open streamed GET (a watch); raises HttpError."""
+        ...
+
+    def cut(self, threads: Collection[threading.Thread]) -> None:
+        """Make the requests ``threads`` are waiting on fail now (HttpError): a stopping loop."""
         ...
 
 
@@ -205,6 +209,8 @@ class HttpTransport:
         self._endpoint = endpoint
         self._idle: list[http.client.HTTPConnection] = []
         self._idle_lock = threading.Lock()
+        self._busy: dict[http.client.HTTPConnection, threading.Thread] = {}
+        """Connections with a request in flight, and the thread waiting on each (`cut`)."""
         self._token = endpoint.token
         self._token_read = 0.0
         self._token_lock = threading.Lock()
@@ -258,6 +264,8 @@ class HttpTransport:
                     conn = None
         if conn is None:
             conn = self._connect(timeout)
+        with self._idle_lock:
+            self._busy[conn] = threading.current_thread()
         try:
             if conn.sock is not None:
                 conn.sock.settimeout(timeout)
@@ -268,6 +276,9 @@ class HttpTransport:
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
             raise HttpError(f"{type(exc).__name__}: {exc}") from None
+        finally:
+            with self._idle_lock:
+                self._busy.pop(conn, None)
         if response.will_close:
             conn.close()
         else:
@@ -276,6 +287,15 @@ class HttpTransport:
         if response.status >= 400:
             raise HttpError(response.reason, response.status, data)
         return data
+
+    def cut(self, threads: Collection[threading.Thread]) -> None:
+        with self._idle_lock:
+            cut = [conn for conn, thread in self._busy.items() if thread in threads]
+        for conn in cut:  # the blocked read or write returns at once, with an OSError
+            sock = conn.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
     def stream(self, path: str, query: Query, timeout: tuple[float, float]) -> Stream:
         conn = self._connect(timeout[0])
@@ -351,3 +371,7 @@ class ClientTransport:
 
     def stream(self, path: str, query: Query, timeout: tuple[float, float]) -> Stream:
         return _ClientStream(self._call("GET", path, query, None, timeout))
+
+    def cut(self, threads: Collection[threading.Thread]) -> None:
+        """urllib3 does not say which connection a thread waits on: a request in flight ends at
+        its timeout (``--api-timeout``); the caller's later calls are refused (`KubeApi`)."""

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from ._cdi import claim_from_spec, claim_spec
     from ._checkpoint import CHECKPOINT_NAME, boot_id
     from ._claim import AllocatedDevice, ClaimError, ClaimRef, PreparedClaim
+    from ._stale import clean_stale_loop
     from ._store import ClaimStore
 
 # What other rooms use, by defining module; imported on first use (PEP 562).
@@ -24,6 +25,7 @@ _LAZY = {
     "CHECKPOINT_NAME": "._checkpoint",
     "boot_id": "._checkpoint",
     "ClaimStore": "._store",
+    "clean_stale_loop": "._stale",
 }
 
 __getattr__ = lazy_attributes(__name__, _LAZY)
@@ -39,4 +41,5 @@ __all__ = [
     "CHECKPOINT_NAME",
     "boot_id",
     "ClaimStore",
+    "clean_stale_loop",
 ]

@@ -5,10 +5,9 @@ subrequests, adminAccess), checked against the devices this node offers; what a 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from rknnlaunch.npu import format_cores
 from rknnlaunch.settings import POD_CLAIM_NAME_ANNOTATION, base_request
 from rknpu_node import cores_of, device_cores
 from rknpu_serverkit import quote_ids
@@ -294,7 +293,3 @@ def stale_reason(
 
 def _mapping(value: object) -> Mapping[str, object]:
     return value if isinstance(value, Mapping) else {}
-
-
-def describe_cores(devices: Sequence[AllocatedDevice]) -> str:
-    return format_cores(cores_of(d.device for d in devices))

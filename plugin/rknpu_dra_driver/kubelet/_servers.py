@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -164,7 +164,6 @@ class RegistrationService(reg_grpc.RegistrationServicer):
         self._driver_name = driver_name
         self._endpoint = endpoint
         self.registered = threading.Event()
-        self.on_status: Callable[[bool, str], None] = lambda ok, error: None
 
     def GetInfo(self, request: reg.InfoRequest, context: grpc.ServicerContext) -> reg.PluginInfo:
         return reg.PluginInfo(
@@ -182,7 +181,6 @@ class RegistrationService(reg_grpc.RegistrationServicer):
             self.registered.set()
         else:
             _log.error("the kubelet refused the registration", extra={"fields": {"error": request.error}})
-        self.on_status(request.plugin_registered, request.error)
         return reg.RegistrationStatusResponse()
 
     def add_to(self, server: grpc.aio.Server) -> None:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         set_device_id,
         shared_fields_dropped,
     )
+    from ._facts import node_facts
     from ._publisher import SlicePublisher
 
 # What other rooms use, by defining module; imported on first use (PEP 562).
@@ -33,6 +34,7 @@ _LAZY = {
     "layout_core_sets": "._desired",
     "set_device_id": "._desired",
     "SlicePublisher": "._publisher",
+    "node_facts": "._facts",
 }
 
 __getattr__ = lazy_attributes(__name__, _LAZY)
@@ -49,4 +51,5 @@ __all__ = [
     "layout_core_sets",
     "set_device_id",
     "SlicePublisher",
+    "node_facts",
 ]

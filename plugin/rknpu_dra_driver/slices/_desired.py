@@ -27,18 +27,12 @@ from rknpu_node import device_cores, device_ids
 
 from .._settings import DEFAULT_MAX_SHARES
 
-MAX_DEVICES_PER_SLICE = 128
-"""resource.k8s.io/v1 ResourceSliceMaxDevices (64 when a device consumes counters); an NPU has at
-most 5 one-context core sets, so one slice always fits."""
 COUNTER_SET = "npu-cores"
 """The shared counter set of a partitionable pool: one counter per core, value 1."""
-PARTITIONABLE_FIELDS = ("sharedCounters", "consumesCounters")
-"""What an API server without DRAPartitionableDevices silently drops (alpha in 1.34/1.35)."""
 SHARES_CAPACITY = "shares"
-"""A shared core's consumable capacity (KEP-5075): ``--max-shares`` of them, 1 a claim by default."""
-SHARED_FIELDS = ("allowMultipleAllocations", "requestPolicy")
-"""What an API server without DRAConsumableCapacity (alpha in 1.34/1.35, beta and on from 1.36)
-silently drops: the device's flag and its capacity's request policy (``capacity.value`` is GA)."""
+"""A shared core's consumable capacity (KEP-5075): ``--max-shares`` of them, 1 a claim by default.
+An API server without DRAConsumableCapacity (alpha in 1.34/1.35, beta and on from 1.36) silently
+drops the device's ``allowMultipleAllocations`` and the capacity's ``requestPolicy``."""
 COUNTERS_SLICE_SUFFIX = "-counters"
 SEPARATE_COUNTERS_FROM_MINOR = 35
 """From Kubernetes 1.35 a pool's counters sit in a slice of their own (no devices in it)."""
@@ -270,22 +264,6 @@ def desired_slices(
     ]
 
 
-def slice_body(
-    node_name: str,
-    driver_name: str,
-    generation: int,
-    info: NpuInfo | None,
-    health: Mapping[str, bool],
-    facts: NodeFacts,
-    node_uid: str | None = None,
-) -> dict[str, object]:
-    """The node's one per-core ResourceSlice (pool = the node, ``resourceSliceCount`` 1)."""
-    (body,) = desired_slices(
-        node_name, driver_name, generation, info, health, facts, node_uid, SliceLayout.PER_CORE
-    )
-    return body
-
-
 def _has_partition_fields(spec: Mapping[str, object]) -> bool:
     if spec.get("sharedCounters"):
         return True
@@ -351,7 +329,6 @@ def fields_dropped(sent: Mapping[str, object], kept: Mapping[str, object]) -> bo
 
 __all__ = [
     "COUNTER_SET",
-    "MAX_DEVICES_PER_SLICE",
     "SHARES_CAPACITY",
     "NodeFacts",
     "SliceLayout",
@@ -360,11 +337,11 @@ __all__ = [
     "desired_slices",
     "device_attributes",
     "fields_dropped",
+    "layout_core_sets",
     "offered_devices",
     "semver",
     "set_device_id",
     "shared_fields_dropped",
     "shares_capacity",
-    "slice_body",
     "slice_name",
 ]

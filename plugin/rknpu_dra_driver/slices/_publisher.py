@@ -42,6 +42,8 @@ RESYNC_S = 60.0
 """A full comparison even without events: the safety net under the watch."""
 WATCH_SECONDS = 300
 OURS_KEPT = 64
+WATCH_END_S = 0.5
+"""Stopping: how long the loop waits for its watch thread, whose stream is cut by then."""
 """How many of our own writes' resourceVersions are remembered (their events are echoes)."""
 
 
@@ -88,28 +90,22 @@ class SlicePublisher:
         self._layout = layout
         self._auto = layout == "auto"
         self.max_shares = max_shares
-        self.shares_dropped = False
-        """Layout "shared" fell back to per-core: the API server drops consumable capacity."""
         self._server_minor = server_minor
         self._minor_known = server_minor is not None
         self._confirmed = False
         """A dry run showed the server keeps the partitionable fields."""
-        self.dry_runs = 0
         self._metrics = metrics if metrics is not None else DraMetrics(None)
         self.taint_key = f"{driver_name}/unhealthy"
         self._taints = True
         """Until a read-back shows the API server drops device taints."""
         self._wake = threading.Event()
+        self._threads: tuple[threading.Thread, ...] = ()
         self._node_uid: str | None = None
         self._generation = 0
         self._kept: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
         """Slice name -> (what we sent, what the server kept of it), both `_comparable`."""
         self._ours: collections.deque[str] = collections.deque(maxlen=OURS_KEPT)
         """resourceVersions of our own writes: their watch events need no comparison."""
-        self.publishes = 0
-        """How many slice writes succeeded (tests and the benchmark await it)."""
-        self.repairs = 0
-        self.published = threading.Condition()
         self.in_sync = threading.Event()
         """Set once the API server held our slices (written by us, or already matching: a new pod
         of a rolling update finds its predecessor's); the readiness endpoint waits for it."""
@@ -121,6 +117,7 @@ class SlicePublisher:
         backoff, and compare everything every RESYNC_S; the watch runs on a thread of its own."""
         sink = self._resources.subscribe(_Wake(self._wake))
         watcher = threading.Thread(target=self._watch, args=(stop,), name="slice-watch", daemon=True)
+        self._threads = (threading.current_thread(), watcher)
         watcher.start()
         delay = RETRY_FIRST_S
         failing = False
@@ -133,6 +130,8 @@ class SlicePublisher:
                 try:
                     self.publish()
                 except ApiError as exc:
+                    if stop.is_set():  # a stop cut the call (`stop_calls`)
+                        break
                     self._metrics.api_error("publish")
                     if not failing:
                         _log.error(
@@ -149,7 +148,7 @@ class SlicePublisher:
         finally:
             self._resources.unsubscribe(sink)
             self._api.end_watches()
-            watcher.join(2.0)
+            watcher.join(WATCH_END_S)
 
     def _watch(self, stop: threading.Event) -> None:
         """Watch our slices; any change not of our own making wakes the publisher. A broken watch
@@ -176,6 +175,11 @@ class SlicePublisher:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def stop_calls(self) -> None:
+        """Stopping: the API calls the loop and its watch wait on fail now, and so do their later
+        ones (a slow API server must not hold the loop past its stop budget)."""
+        self._api.stop_calls_of(*self._threads)
 
     # --- one pass -------------------------------------------------------------------------------
 
@@ -299,11 +303,6 @@ class SlicePublisher:
         )
         self._metrics.slice_published(repaired=bool(repaired))
         self.in_sync.set()
-        with self.published:
-            self.publishes += 1
-            if repaired:
-                self.repairs += 1
-            self.published.notify_all()
         return True
 
     def _sent_before(self, name: str) -> bool:
@@ -331,7 +330,6 @@ class SlicePublisher:
             else:
                 trial["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
                 kept = self._api.replace_slice(name, trial, dry_run=True)
-            self.dry_runs += 1
             if self._dropped(body, kept, dry_run=True):
                 return True
         self._confirmed = True
@@ -385,7 +383,6 @@ class SlicePublisher:
             extra={"fields": {"slice": sent["metadata"]["name"]}},
         )
         self._layout = "per-core"
-        self.shares_dropped = True
         self._kept.clear()
         if not dry_run:
             self._wake.set()
