@@ -66,7 +66,7 @@ def allocated(allocator: Allocator, claim: dict[str, Any]) -> list[Result]:
 # --- the slice ----------------------------------------------------------------------------------
 
 
-def test_the_shared_layout_offers_each_core_with_shares_and_validates_against_the_newest_schema() -> None:
+def test_the_shared_layout_offers_each_core_with_shares_and_validates_against_the_schemas() -> None:
     (body,) = shared_slices(max_shares=4)
     devices = body["spec"]["devices"]
     assert [d["name"] for d in devices] == ["npu-core-2", "npu-core-0", "npu-core-1"]
@@ -80,9 +80,10 @@ def test_the_shared_layout_offers_each_core_with_shares_and_validates_against_th
         }
     import kubernetes_validate
 
-    newest = kubernetes_validate.latest_version()
-    kubernetes_validate.validate(body, newest, strict=True)
-    print(f"\nFIGURE shared slice valid against Kubernetes {newest} schema")
+    versions = ("1.34", "1.36", kubernetes_validate.latest_version())
+    for version in versions:  # the fields are in v1 since 1.34 (alpha), on by default from 1.36
+        kubernetes_validate.validate(body, version, strict=True)
+    print(f"\nFIGURE shared slice valid against Kubernetes {', '.join(versions)} schemas")
     # What a server without DRAConsumableCapacity stores: detected, so the driver falls back.
     dropped = copy.deepcopy(body)
     for device in dropped["spec"]["devices"]:
@@ -275,3 +276,32 @@ def test_prepare_names_the_share_and_books_shares_never_over_the_capacity(shared
     assert "2 of its 2 shares" in kubelet.prepare([("default", "light-e", UID_C)]).claims[UID_C].error
     assert kubelet.unprepare([("default", "light-c", UID_A)]).claims[UID_A].error == ""
     assert kubelet.prepare([("default", "light-e", UID_C)]).claims[UID_C].error == ""
+
+
+def test_the_checkpoint_and_the_spec_keep_shares_and_the_pod_claim_name() -> None:
+    from test_dra_allocation_prepare import _info
+
+    from rknpu_dra_driver.claims._booking import conflicts
+    from rknpu_dra_driver.claims._cdi import claim_from_spec, claim_spec
+    from rknpu_dra_driver.claims._claim import AllocatedDevice, ClaimRef, PreparedClaim
+    from rknpu_node import NodeExtras
+
+    claim = PreparedClaim(
+        ClaimRef("default", "light-c-npu-x7k2p", UID_A),
+        (AllocatedDevice("npu", NODE, "npu-core-2", share_id="5f3a09c1", shares=3),),
+        f"{DRIVER}/claim={UID_A}",
+        pod_claim_name="npu",
+    )
+    assert PreparedClaim.from_json(claim.to_json()) == claim
+    spec = claim_spec(
+        DRIVER, claim, _info(), None, NodeExtras(), plugin_dir=Path("/var/lib/kubelet/plugins/x")
+    )
+    assert claim_from_spec(spec, DRIVER) == claim
+    assert claim.shares == {2: 3} and claim.exclusive_cores == frozenset()
+    one_more = PreparedClaim(
+        ClaimRef("default", "b", UID_B),
+        (AllocatedDevice("npu", NODE, "npu-core-2", share_id="a01b2c3d", shares=1),),
+        f"{DRIVER}/claim={UID_B}",
+    )
+    assert conflicts({UID_A: claim}, one_more, max_shares=4) is None
+    assert "core 2 has 3 of its 3 shares booked" in (conflicts({UID_A: claim}, one_more, max_shares=3) or "")

@@ -60,6 +60,12 @@ def request_metadata(
     return files
 
 
+def metadata_paths(plugin_dir: Path, claim: PreparedClaim) -> list[Path]:
+    """Where `request_metadata` puts the claim's files (no NPU needed to ask)."""
+    ref = claim.ref
+    return [host_file_path(plugin_dir, ref.namespace, ref.name, request) for request in claim.requests]
+
+
 def request_mount(
     driver_name: str, claim: PreparedClaim, request: str, plugin_dir: Path
 ) -> dict[str, object]:

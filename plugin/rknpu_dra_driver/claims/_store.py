@@ -34,7 +34,7 @@ from ._cdi import (
 )
 from ._checkpoint import CHECKPOINT_NAME, CheckpointError, Entry, decode_bytes, load, save
 from ._claim import ClaimError, ClaimRef, PreparedClaim, our_devices, pod_claim_name, stale_reason
-from ._metadata import remove_metadata, request_metadata, write_metadata
+from ._metadata import metadata_paths, remove_metadata, request_metadata, write_metadata
 from ._serialize import SerializeLock
 
 _log = get_logger("claims")
@@ -352,11 +352,10 @@ class ClaimStore:
         """A checkpointed claim whose spec or metadata file went missing (deleted by hand) gets it
         written again."""
         path = spec_path(self.cdi_dir, self.driver_name, prepared.ref.uid)
-        files = self._metadata(prepared)
-        if path.exists() and all(file.exists() for file, _text in files.values()):
+        if path.exists() and all(file.exists() for file in metadata_paths(self.plugin_dir, prepared)):
             return
         try:
-            write_metadata(files)
+            write_metadata(self._metadata(prepared))
             write_claim_spec(path, self._spec(prepared), durable=False)
         except OSError as exc:
             raise ClaimError(f"{prepared.ref.describe()}: cannot write {path}: {exc.strerror}") from None
