@@ -6,16 +6,39 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fakeapi import FakeApiServer
 from kubeletstub import KubeletStub
 
+from fakehost import make_host
 from rknpu_dra_driver._cli import run
 from rknpu_dra_driver._settings import DraSettings
 from rknpu_serverkit import StopEvent
 
 NODE = "node-a"
 DRIVER = "npu.rockchip.com"
+
+
+def dra_settings(root: Path, api: FakeApiServer, **overrides: Any) -> DraSettings:
+    """The rigs' settings (the one factory): a fixture RK3588 made under ``root``, the fake API
+    server's kubeconfig, short folders (unix socket paths are limited to 107 bytes), a quick
+    health loop, the per-core layout; ``overrides`` change any field."""
+    make_host("rk3588-drm", root / "host")
+    fields: dict[str, Any] = {
+        "host_root": root / "host",
+        "node_name": NODE,
+        "driver_name": DRIVER,
+        "kubeconfig": str(api.kubeconfig(root / "kubeconfig")),
+        "registration_dir": root / "registry",
+        "plugin_dir": root / "plugin",
+        "cdi_dir": root / "cdi",
+        "api_timeout": 5.0,
+        "health_interval": 0.1,
+        "instance_id": "",
+        "slice_layout": "per-core",
+    }
+    return DraSettings(**{**fields, **overrides})
 
 
 @dataclass

@@ -15,14 +15,12 @@ from typing import Any
 
 import pytest
 from allocator import Allocator
-from drarig import DRIVER, NODE, DriverRig
+from drarig import DRIVER, NODE, DriverRig, dra_settings
 from fakeapi import FakeApiServer
 from test_dra_allocation import classes, mask, sample_claims
 
-from fakehost import make_host
 from rknnlaunch import RknnLaunchError
 from rknpu_dra_driver._cli import run
-from rknpu_dra_driver._settings import DraSettings
 from rknpu_dra_driver.slices import _publisher
 from rknpu_node import device_cores
 
@@ -30,20 +28,7 @@ PARTITION_FIELDS = ("sharedCounters", "consumesCounters")
 
 
 def _rig(api: FakeApiServer, root: Path, layout: str = "auto") -> DriverRig:
-    make_host("rk3588-drm", root / "host")
-    settings = DraSettings(
-        host_root=root / "host",
-        node_name=NODE,
-        driver_name=DRIVER,
-        kubeconfig=str(api.kubeconfig(root / "kubeconfig")),
-        registration_dir=root / "registry",
-        plugin_dir=root / "plugin",
-        cdi_dir=root / "cdi",
-        api_timeout=5.0,
-        health_interval=0.1,
-        instance_id="",
-        slice_layout=layout,
-    )
+    settings = dra_settings(root, api, slice_layout=layout)
     return DriverRig(root, api, settings)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from drarig import DRIVER, NODE, DriverRig
+from drarig import DRIVER, NODE, DriverRig, dra_settings
 from kubeletstub import KubeletStub
 
 from rknpu_dra_driver._cli import run
@@ -424,61 +424,6 @@ def test_a_core_failing_its_probe_reads_unhealthy_within_1_s(rig: DriverRig) -> 
         store.close()
 
 
-def test_the_official_client_transport_publishes_watches_and_prepares(rig: DriverRig) -> None:
-    rig.settings = rig.settings.model_copy(update={"api_client": "kubernetes-client"})
-    kubelet = rig.start()
-    (name,) = rig.api.wait_slices(_three)
-    rig.api.wait_watching()
-    rig.api.put_slice(name, lambda s: s["spec"].update(devices=[]))
-    rig.api.wait_slices(_three, timeout=5)
-    rig.api.add_claim("default", "c", UID, results("npu-core-0"))
-    assert kubelet.prepare([("default", "c", UID)]).claims[UID].error == ""
-    missing = str(uuid.uuid4())
-    assert "does not exist" in kubelet.prepare([("default", "gone", missing)]).claims[missing].error
-
-
-def test_the_light_transport_reads_a_kubeconfig(tmp_path: Any) -> None:
-
-    from rknpu_dra_driver.apiserver._transports import light_endpoint
-
-    (tmp_path / "token").write_text("secret\n")
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "c",
-                "cluster": {"server": "https://api.example:6443/base", "insecure-skip-tls-verify": True},
-            }
-        ],
-        "users": [
-            {"name": "u", "user": {"tokenFile": "token"}},
-            {"name": "x", "user": {"exec": {"command": "aws"}}},
-        ],
-        "contexts": [
-            {"name": "a", "context": {"cluster": "c", "user": "u"}},
-            {"name": "b", "context": {"cluster": "c", "user": "x"}},
-        ],
-        "current-context": "a",
-    }
-    import json
-
-    path = tmp_path / "kubeconfig"
-    path.write_text(json.dumps(config))
-    endpoint = light_endpoint(str(path), "", "")
-    assert endpoint is not None
-    assert (endpoint.scheme, endpoint.host, endpoint.port, endpoint.base_path) == (
-        "https",
-        "api.example",
-        6443,
-        "/base",
-    )
-    assert endpoint.token_file == str(tmp_path / "token")
-    config["current-context"] = "b"  # exec credentials: the official client's job
-    path.write_text(json.dumps(config))
-    assert light_endpoint(str(path), "", "") is None
-
-
 def test_two_instances_share_one_checkpoint_and_nothing_else(rig: DriverRig) -> None:
     from rknnlaunch.npu import HostRoot
     from rknpu_dra_driver.apiserver._api import KubeApi
@@ -509,24 +454,10 @@ def test_an_unhealthy_core_is_tainted_where_the_api_server_keeps_taints() -> Non
 
     from fakeapi import FakeApiServer
 
-    from fakehost import make_host
-
     api = FakeApiServer(keep_taints=True).start()
     api.add_node(NODE)
     root = Path(tempfile.mkdtemp(prefix="rkdra-", dir="/tmp"))
-    make_host("rk3588-drm", root / "host")
-    settings = DraSettings(
-        host_root=root / "host",
-        node_name=NODE,
-        driver_name=DRIVER,
-        kubeconfig=str(api.kubeconfig(root / "kubeconfig")),
-        registration_dir=root / "registry",
-        plugin_dir=root / "plugin",
-        cdi_dir=root / "cdi",
-        health_interval=0.1,
-        instance_id="",
-        slice_layout="per-core",
-    )
+    settings = dra_settings(root, api)
     driver = _Instance(settings)
     try:
         api.wait_slices(_three)
@@ -565,46 +496,3 @@ def test_an_instance_with_an_id_waits_for_one_without(rig: DriverRig, instances:
     kubelet = KubeletStub(rig.settings.registration_dir, DRIVER)
     kubelet.register()
     assert kubelet.info is not None and kubelet.info.endpoint.endswith("dra-new-pod-uid.sock")
-
-
-def test_the_light_transport_speaks_https_with_a_token(tmp_path: Path) -> None:
-    import subprocess
-
-    from fakeapi import FakeApiServer
-
-    from rknpu_dra_driver.apiserver._api import KubeApi
-
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=fake-api",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    api = FakeApiServer(tls=(cert, key)).start()
-    try:
-        api.add_node(NODE)
-        client = KubeApi(str(api.kubeconfig(tmp_path / "kubeconfig")), 5.0)
-        client.connect()
-        assert client.transport == "light"
-        assert (client.get_node(NODE) or {})["metadata"]["name"] == NODE
-        assert client.list_slices(NODE, DRIVER) == []
-        assert api.authorizations == {"Bearer test-token"}
-    finally:
-        api.stop()

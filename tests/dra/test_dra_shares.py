@@ -15,13 +15,11 @@ from typing import Any
 
 import pytest
 from allocator import AllocationError, Allocator, Result
-from drarig import DRIVER, NODE, DriverRig
+from drarig import DRIVER, NODE, DriverRig, dra_settings
 from fakeapi import FakeApiServer
 from test_dra_allocation import classes, docs, info, sample_claims
 from test_dra_allocation_prepare import UID_A, UID_B, UID_C, spec_env
 
-from fakehost import make_host
-from rknpu_dra_driver._settings import DraSettings
 from rknpu_dra_driver.slices._desired import (
     NodeFacts,
     SliceLayout,
@@ -174,22 +172,7 @@ def test_the_shared_class_and_sample_are_shipped() -> None:
 
 
 def _rig(api: FakeApiServer, root: Path) -> DriverRig:
-    make_host("rk3588-drm", root / "host")
-    settings = DraSettings(
-        host_root=root / "host",
-        node_name=NODE,
-        driver_name=DRIVER,
-        kubeconfig=str(api.kubeconfig(root / "kubeconfig")),
-        registration_dir=root / "registry",
-        plugin_dir=root / "plugin",
-        cdi_dir=root / "cdi",
-        api_timeout=5.0,
-        health_interval=0.1,
-        instance_id="",
-        slice_layout="shared",
-        max_shares=2,
-    )
-    return DriverRig(root, api, settings)
+    return DriverRig(root, api, dra_settings(root, api, slice_layout="shared", max_shares=2))
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Driver instances on one node: per-instance socket names for rolling updates (two pods of the
 DaemonSet serve side by side while the new one takes over, as the kubelet-plugin library's
-RollingUpdate does, kubelet 1.33+), and the file lock that serializes prepare and unprepare
-across them. Without an instance id there is one instance at a time: a second waits for the first.
+RollingUpdate does, kubelet 1.33+), the removal of a dead instance's sockets, and the instance
+lock. Without an instance id there is one instance at a time: a second waits for the first
+(the serialize lock around each prepare and unprepare is the claims' room's, claims/_serialize.py).
 
 `driver.lock` tells the two kinds apart: an instance with an id holds it shared (any number serve
 side by side), one without holds it exclusive. So the first upgrade from a driver without
@@ -17,6 +18,8 @@ import hashlib
 import os
 import threading
 from pathlib import Path
+
+from rknpu_serverkit import socket_answers
 
 from .._log import get_logger
 
@@ -87,3 +90,19 @@ def acquire(plugin_dir: Path, stop: threading.Event, shared: bool = False) -> in
 def release(fd: int) -> None:
     with contextlib.suppress(OSError):
         os.close(fd)
+
+
+def remove_dead_sockets(driver_name: str, dra_socket: Path, registration_socket: Path) -> None:
+    """Our own socket paths, and the sockets of instances that died without cleaning up (kill -9):
+    nobody answers on them, and the kubelet would keep trying them."""
+    folders = (
+        (registration_socket.parent, (f"{driver_name}-reg.sock", f"{driver_name}-*-reg.sock")),
+        (dra_socket.parent, ("dra.sock", "dra-*.sock")),
+    )
+    for folder, patterns in folders:
+        for pattern in patterns:
+            for path in folder.glob(pattern) if folder.is_dir() else ():
+                if path in (dra_socket, registration_socket) or not socket_answers(path):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+                        _log.info("removed a dead instance's socket", extra={"fields": {"socket": str(path)}})

@@ -1,209 +1,31 @@
-"""The kubelet side: the Registration server (plugins_registry), served by the kit's
-`Supervisor` (which serves it again when its socket is removed or replaced), and on the driver's
-own socket the DRAPlugin v1 + v1beta1 services (gRPC messages into `ClaimStore` calls and back)
-and DRAResourceHealth v1alpha1 + v1 (the `HealthBoard`'s records)."""
+"""Both of the driver's sockets for the kubelet: the DRA services' socket, served first, and the
+registration socket (the kit's `Supervisor`, which serves it again whenever it is removed)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import grpc
-import grpc.aio
 
-from rknpu_serverkit import Endpoint, Supervisor, socket_answers
+from rknpu_serverkit import Endpoint, Supervisor
 
-from .._kubeapi.dra.v1 import api_pb2 as v1
-from .._kubeapi.dra.v1 import api_pb2_grpc as v1_grpc
-from .._kubeapi.dra.v1beta1 import api_pb2 as v1beta1
-from .._kubeapi.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
-from .._kubeapi.dra_health.v1 import api_pb2 as health_v1
-from .._kubeapi.dra_health.v1 import api_pb2_grpc as health_v1_grpc
-from .._kubeapi.dra_health.v1alpha1 import api_pb2 as health_v1alpha1
-from .._kubeapi.dra_health.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
-from .._kubeapi.pluginregistration.v1 import api_pb2 as reg
-from .._kubeapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from .._log import get_logger
-from ..claims import ClaimRef, ClaimStore, PreparedClaim
-from ._health import CHECK_TIMEOUT_S, HealthBoard
-from ._instance import dra_socket_name, registration_socket_name
+from ..claims import ClaimStore
+from ._dra_service import add_dra_services
+from ._health import HealthBoard
+from ._instance import dra_socket_name, registration_socket_name, remove_dead_sockets
+from ._registration import RegistrationService, ServedForDiscovery
 
 _log = get_logger("kubelet")
 
-PLUGIN_TYPE = "DRAPlugin"
-"""kubelet's pluginwatcher type for DRA drivers (k8s.io/kubelet pluginregistration/v1 DRAPlugin)."""
-SUPPORTED_SERVICES = (
-    "v1.DRAPlugin",
-    "v1beta1.DRAPlugin",
-    "v1.DRAResourceHealth",
-    "v1alpha1.DRAResourceHealth",
-)
-"""kubelet's names for the services (DRAPluginService in k8s.io/kubelet pkg/apis/dra/*/types.go,
-DRAResourceHealthService in pkg/apis/dra-health/v1/types.go; the library lists v1alpha1 by its
-service name too). A kubelet ignores the names it does not know."""
 WORKERS = 8
 """Prepare/unprepare calls and the kubelet's health streams (one per plugin connection)."""
 REGISTRATION_STOP_S = 1.5
 """Stop: how long the registration socket's supervisor gets to stop serving and remove it."""
-
-
-def _prepare_answer(pb: Any, store: ClaimStore, claims: Any) -> Any:
-    response = pb.NodePrepareResourcesResponse()
-    for claim in claims:
-        result = store.prepare(ClaimRef(claim.namespace, claim.name, claim.uid))
-        entry = response.claims[claim.uid]
-        if result.claim is None:
-            entry.error = result.error
-        else:
-            entry.devices.extend(_devices(pb, result.claim))
-    return response
-
-
-def _devices(pb: Any, prepared: PreparedClaim) -> list[Any]:
-    return [
-        pb.Device(
-            # The base request: the kubelet matches containers by it, never by "req/subrequest".
-            request_names=[device.base_request] if device.request else [],
-            pool_name=device.pool,
-            device_name=device.device,
-            cdi_device_ids=[prepared.request_cdi_id(device.request)],
-        )
-        for device in prepared.devices
-    ]
-
-
-def _unprepare_answer(pb: Any, store: ClaimStore, claims: Any) -> Any:
-    response = pb.NodeUnprepareResourcesResponse()
-    for claim in claims:
-        error = store.unprepare(ClaimRef(claim.namespace, claim.name, claim.uid))
-        response.claims[claim.uid].error = error
-    return response
-
-
-class DraV1Service(v1_grpc.DRAPluginServicer):
-    def __init__(self, store: ClaimStore) -> None:
-        self._store = store
-
-    def NodePrepareResources(
-        self, request: v1.NodePrepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1.NodePrepareResourcesResponse:
-        answer: v1.NodePrepareResourcesResponse = _prepare_answer(v1, self._store, request.claims)
-        return answer
-
-    def NodeUnprepareResources(
-        self, request: v1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1.NodeUnprepareResourcesResponse:
-        answer: v1.NodeUnprepareResourcesResponse = _unprepare_answer(v1, self._store, request.claims)
-        return answer
-
-
-class DraV1beta1Service(v1beta1_grpc.DRAPluginServicer):
-    def __init__(self, store: ClaimStore) -> None:
-        self._store = store
-
-    def NodePrepareResources(
-        self, request: v1beta1.NodePrepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1beta1.NodePrepareResourcesResponse:
-        answer: v1beta1.NodePrepareResourcesResponse = _prepare_answer(v1beta1, self._store, request.claims)
-        return answer
-
-    def NodeUnprepareResources(
-        self, request: v1beta1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1beta1.NodeUnprepareResourcesResponse:
-        answer: v1beta1.NodeUnprepareResourcesResponse = _unprepare_answer(
-            v1beta1, self._store, request.claims
-        )
-        return answer
-
-
-def _health_answer(pb: Any, board: HealthBoard, context: grpc.ServicerContext) -> Iterator[Any]:
-    ended = threading.Event()
-    context.add_callback(ended.set)  # the kubelet hung up
-    for records in board.follow(ended):
-        yield pb.NodeWatchResourcesResponse(
-            devices=[
-                pb.DeviceHealth(
-                    device=pb.DeviceIdentifier(pool_name=r.pool, device_name=r.device),
-                    health=pb.HEALTHY if r.healthy else pb.UNHEALTHY,
-                    last_updated_time=r.updated,
-                    health_check_timeout_seconds=CHECK_TIMEOUT_S,
-                    message=r.message,
-                )
-                for r in records
-            ]
-        )
-
-
-class HealthV1Service(health_v1_grpc.DRAResourceHealthServicer):
-    def __init__(self, board: HealthBoard) -> None:
-        self._board = board
-
-    def NodeWatchResources(
-        self, request: health_v1.NodeWatchResourcesRequest, context: grpc.ServicerContext
-    ) -> Iterator[health_v1.NodeWatchResourcesResponse]:
-        return _health_answer(health_v1, self._board, context)
-
-
-class HealthV1alpha1Service(health_v1alpha1_grpc.DRAResourceHealthServicer):
-    def __init__(self, board: HealthBoard) -> None:
-        self._board = board
-
-    def NodeWatchResources(
-        self, request: health_v1alpha1.NodeWatchResourcesRequest, context: grpc.ServicerContext
-    ) -> Iterator[health_v1alpha1.NodeWatchResourcesResponse]:
-        return _health_answer(health_v1alpha1, self._board, context)
-
-
-class RegistrationService(reg_grpc.RegistrationServicer):
-    def __init__(self, driver_name: str, endpoint: Path) -> None:
-        self._driver_name = driver_name
-        self._endpoint = endpoint
-        self.registered = threading.Event()
-
-    def GetInfo(self, request: reg.InfoRequest, context: grpc.ServicerContext) -> reg.PluginInfo:
-        return reg.PluginInfo(
-            type=PLUGIN_TYPE,
-            name=self._driver_name,
-            endpoint=str(self._endpoint),
-            supported_versions=list(SUPPORTED_SERVICES),
-        )
-
-    def NotifyRegistrationStatus(
-        self, request: reg.RegistrationStatus, context: grpc.ServicerContext
-    ) -> reg.RegistrationStatusResponse:
-        if request.plugin_registered:
-            _log.info("registered with the kubelet", extra={"fields": {"driver": self._driver_name}})
-            self.registered.set()
-        else:
-            _log.error("the kubelet refused the registration", extra={"fields": {"error": request.error}})
-        return reg.RegistrationStatusResponse()
-
-    def add_to(self, server: grpc.aio.Server) -> None:
-        """For the `Supervisor`: the handlers are plain functions, run on its server's thread pool."""
-        reg_grpc.add_RegistrationServicer_to_server(self, server)
-
-    async def end_streams(self, timeout: float) -> None:
-        """No streams to end."""
-
-
-class _ServedForDiscovery:
-    """The registration socket's strategy for the `Supervisor`: nothing to call (the kubelet finds
-    the socket in plugins_registry and calls GetInfo), nothing ends a generation but the socket's
-    removal or replacement (the supervisor compares its inode and ctime)."""
-
-    def register(self, endpoint: Endpoint, wake: threading.Event, stop: threading.Event) -> bool:
-        return True
-
-    def registered(self, endpoint: Endpoint, generation: int, seconds: float) -> None:
-        _log.info("serving", extra={"fields": {"socket": str(endpoint.socket_path)}})
-
-    def restart_reason(self, endpoint: Endpoint) -> str | None:
-        return None
 
 
 class KubeletServers:
@@ -235,40 +57,17 @@ class KubeletServers:
         self.registration = RegistrationService(driver_name, self.dra_socket)
         self._board = board
         self._dra = grpc.server(ThreadPoolExecutor(WORKERS, thread_name_prefix="dra"))
-        v1_grpc.add_DRAPluginServicer_to_server(DraV1Service(store), self._dra)
-        v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1Service(store), self._dra)
-        health_v1_grpc.add_DRAResourceHealthServicer_to_server(HealthV1Service(board), self._dra)
-        health_v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(HealthV1alpha1Service(board), self._dra)
+        add_dra_services(self._dra, store, board)
         endpoint = Endpoint(registration_dir, self.registration_socket.name, driver_name)
         self._supervisor = Supervisor(
             registration_dir,
             lambda: endpoint,
             self.registration,
-            _ServedForDiscovery(),
+            ServedForDiscovery(),
             use_inotify=use_inotify,
         )
         self._stopping = threading.Event()
         self._supervising: threading.Thread | None = None
-
-    def _remove_dead_sockets(self) -> None:
-        """Sockets of instances that died without cleaning up (kill -9): nobody answers on them,
-        and the kubelet would keep trying them."""
-        folders = (
-            (
-                self.registration_socket.parent,
-                (f"{self.driver_name}-reg.sock", f"{self.driver_name}-*-reg.sock"),
-            ),
-            (self.dra_socket.parent, ("dra.sock", "dra-*.sock")),
-        )
-        for folder, patterns in folders:
-            for pattern in patterns:
-                for path in folder.glob(pattern) if folder.is_dir() else ():
-                    if path in (self.dra_socket, self.registration_socket) or not socket_answers(path):
-                        with contextlib.suppress(FileNotFoundError):
-                            os.unlink(path)
-                            _log.info(
-                                "removed a dead instance's socket", extra={"fields": {"socket": str(path)}}
-                            )
 
     def _serve(self, server: grpc.Server, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -281,7 +80,7 @@ class KubeletServers:
 
     def start(self) -> None:
         """Serve both sockets (mode 0600: only the kubelet, as root, may call us)."""
-        self._remove_dead_sockets()
+        remove_dead_sockets(self.driver_name, self.dra_socket, self.registration_socket)
         self._serve(self._dra, self.dra_socket)
         self._supervising = threading.Thread(
             target=self._supervisor.run, args=(self._stopping,), name="registration", daemon=True

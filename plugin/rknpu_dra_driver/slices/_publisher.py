@@ -18,20 +18,14 @@ import threading
 from collections.abc import Mapping
 from typing import Any, cast
 
-from rknnlaunch import RknnLaunchError
 from rknpu_node import DeviceState, ResourceManager
 
 from .._log import get_logger
 from .._metrics import DraMetrics
 from .._settings import DEFAULT_MAX_SHARES
 from ..apiserver import ApiError, KubeApi
-from ._desired import (
-    NodeFacts,
-    SliceLayout,
-    desired_slices,
-    fields_dropped,
-    shared_fields_dropped,
-)
+from ._desired import NodeFacts, desired_slices, fields_dropped, shared_fields_dropped
+from ._layout import chosen_layout, gate_off_error, tainted, taints_kept, too_old_error
 
 _log = get_logger("slices")
 RESOURCE_V1_FROM_MINOR = 34
@@ -183,15 +177,8 @@ class SlicePublisher:
 
     # --- one pass -------------------------------------------------------------------------------
 
-    def _chosen_layout(self) -> SliceLayout:
-        if self._layout != "auto":
-            return SliceLayout(self._layout)
-        # Unknown version: which slice holds the counters is unknown too, and a wrong guess is
-        # dropped or refused; one device per core is right on every server.
-        return SliceLayout.PARTITIONABLE if self._server_minor is not None else SliceLayout.PER_CORE
-
     def _layout_slices(self, info: Any, health: Any) -> list[dict[str, Any]]:
-        layout = self._chosen_layout()
+        layout = chosen_layout(self._layout, self._server_minor)
         wanted = desired_slices(
             self.node_name,
             self.driver_name,
@@ -213,13 +200,7 @@ class SlicePublisher:
         offered = self._layout_slices(info, health)
         if not self._taints or all(health.values()):
             return offered
-        full = self._layout_slices(info, dict.fromkeys(health, True))
-        kept = {d.get("name") for s in offered for d in (s.get("spec") or {}).get("devices") or []}
-        for body in full:
-            for device in (body.get("spec") or {}).get("devices") or []:
-                if device.get("name") not in kept:
-                    device["taints"] = [{"key": self.taint_key, "effect": "NoSchedule"}]
-        return full
+        return tainted(self._layout_slices(info, dict.fromkeys(health, True)), offered, self.taint_key)
 
     def _matches(self, current: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
         if current is None:
@@ -240,7 +221,7 @@ class SlicePublisher:
             self._server_minor = self._api.server_minor()
             self._minor_known = self._server_minor is not None
             if self._server_minor is not None and self._server_minor < RESOURCE_V1_FROM_MINOR:
-                raise _too_old(self._server_minor)
+                raise too_old_error(self._server_minor)
         if self._node_uid is None:
             node = self._api.get_node(self.node_name)
             self._node_uid = ((node or {}).get("metadata") or {}).get("uid")
@@ -248,7 +229,7 @@ class SlicePublisher:
             listed = self._api.list_slices(self.node_name, self.driver_name)
         except ApiError as exc:
             if exc.status == 404:  # the collection itself is missing: no resource.k8s.io/v1
-                raise _too_old(self._server_minor) from None
+                raise too_old_error(self._server_minor) from None
             raise
         existing = {str((s.get("metadata") or {}).get("name")): s for s in listed}
         generations = [
@@ -320,7 +301,7 @@ class SlicePublisher:
         """Create/replace every slice with ``dryRun=All`` and read the answers: True (and per-core
         from now on) when the server would drop the partitionable fields; else they are confirmed.
         Nothing is stored, so the overlapping devices never exist without their counters. The
-        explicit layout "partitionable" has no fallback: the driver stops (`_gate_off`)."""
+        explicit layout "partitionable" has no fallback: the driver stops (`gate_off_error`)."""
         for body in wanted:
             name = body["metadata"]["name"]
             current = existing.get(name)
@@ -341,7 +322,7 @@ class SlicePublisher:
 
     def _dropped(self, sent: dict[str, Any], kept: dict[str, Any], *, dry_run: bool = False) -> bool:
         """The server dropped the partitionable fields: layout "auto" -> per-core for good; the
-        explicit "partitionable" (the user's choice, no fallback) -> the driver stops."""
+        explicit "partitionable" (no fallback) -> the driver stops; "shared": `_shares_dropped`."""
         if self._layout == "shared":
             return self._shares_dropped(sent, kept, dry_run=dry_run)
         if self._layout == "per-core" or not fields_dropped(sent, kept):
@@ -357,7 +338,7 @@ class SlicePublisher:
                         "cannot delete the slice stored without its counters",
                         extra={"fields": {"slice": sent["metadata"]["name"], "error": str(exc)}},
                     )
-            raise _gate_off()
+            raise gate_off_error()
         _log.warning(
             "the API server dropped the partitionable-device fields (feature gate "
             "DRAPartitionableDevices off?); publishing one device per core from now on",
@@ -391,11 +372,7 @@ class SlicePublisher:
     def _taints_dropped(self, sent: dict[str, Any], kept: dict[str, Any]) -> bool:
         """Read-back: a tainted device came back without its taints (DRADeviceTaints off) ->
         unhealthy devices leave the slice from now on."""
-        tainted = [d.get("name") for d in (sent.get("spec") or {}).get("devices") or [] if d.get("taints")]
-        if not tainted:
-            return False
-        back = {d.get("name"): d for d in (kept.get("spec") or {}).get("devices") or []}
-        if all((back.get(name) or {}).get("taints") for name in tainted):
+        if taints_kept(sent, kept):
             return False
         _log.warning(
             "the API server dropped the device taints (feature gate DRADeviceTaints off?); "
@@ -416,25 +393,3 @@ class SlicePublisher:
             _log.warning("cannot delete the ResourceSlices on stop", extra={"fields": {"error": str(exc)}})
             return
         _log.info("ResourceSlices deleted")
-
-
-def _gate_off() -> RknnLaunchError:
-    """The explicit layout "partitionable" on a server that drops its fields: retrying cannot help,
-    and the overlapping devices without counters would let the scheduler double-book cores."""
-    return RknnLaunchError(
-        "--slice-layout partitionable: the API server drops the partitionable-device fields "
-        "(sharedCounters, consumesCounters): the DRAPartitionableDevices feature gate is off on this "
-        "API server; nothing was published",
-        "enable the gate on kube-apiserver (--feature-gates=DRAPartitionableDevices=true), "
-        "or use --slice-layout auto (one device per core there) or --slice-layout per-core",
-    )
-
-
-def _too_old(minor: int | None) -> RknnLaunchError:
-    """The one error of a cluster without DRA's v1 API: retrying cannot help, so the driver stops."""
-    server = f"1.{minor}" if minor is not None else "of unknown version and serves no resource.k8s.io/v1"
-    return RknnLaunchError(
-        f"needs Kubernetes 1.34+ (resource.k8s.io/v1); this API server is {server}",
-        "upgrade the cluster to Kubernetes 1.34 or later, or serve the NPU with the device plugin "
-        "(deploy/daemonset.yaml) instead of the DRA driver",
-    )
