@@ -101,6 +101,14 @@ def test_a_claim_from_a_template_is_filed_under_its_pod_claim_name(rig: DriverRi
     assert mount["containerPath"] == (
         f"/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/npu/npu/{DRIVER}-metadata.json"
     )
+    # An annotation that could move the mount elsewhere in the container is refused.
+    rig.api.add_claim("default", "edited", UID_B, [result("npu-core-0")])
+    with rig.api.lock:
+        rig.api.claims[("default", "edited")]["metadata"]["annotations"] = {
+            "resource.kubernetes.io/pod-claim-name": "../../etc"
+        }
+    error = kubelet.prepare([("default", "edited", UID_B)]).claims[UID_B].error
+    assert "is not a pod's claim name (a DNS label)" in error
 
 
 def test_a_deleted_file_is_written_again_and_a_namesake_keeps_its_file(rig: DriverRig) -> None:

@@ -31,6 +31,7 @@ class ClaimRef:
         return f"ResourceClaim {self.namespace}/{self.name} (uid {self.uid})"
 
 
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _SHARE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}")
 """The allocator's shareID is random hex; it becomes part of a CDI device name, so nothing else passes."""
 
@@ -264,11 +265,19 @@ def _share(ref: ClaimRef, entry: Mapping[str, object], driver_name: str) -> tupl
     return share_id, int(text)
 
 
-def pod_claim_name(claim: Mapping[str, object]) -> str | None:
-    """The pod's own name of a claim made from a template (its metadata file is keyed by it)."""
+def pod_claim_name(ref: ClaimRef, claim: Mapping[str, object]) -> str | None:
+    """The pod's own name of a claim made from a template (its metadata file is keyed by it: a
+    folder in the container's path, so only a DNS label, as the pod spec has it, passes)."""
     annotations = _mapping(_mapping(claim.get("metadata")).get("annotations"))
     name = annotations.get(POD_CLAIM_NAME_ANNOTATION)
-    return name if isinstance(name, str) and name else None
+    if name is None:
+        return None
+    if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name):
+        raise ClaimError(
+            f"{ref.describe()}: annotation {POD_CLAIM_NAME_ANNOTATION}={name!r} is not a pod's claim "
+            "name (a DNS label); the claim was edited by hand: delete it so its pod makes it again"
+        )
+    return name
 
 
 def stale_reason(

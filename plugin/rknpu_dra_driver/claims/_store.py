@@ -328,7 +328,9 @@ class ClaimStore:
         devices = our_devices(
             ref, claim, self.driver_name, self.node_name, all_offered_devices(info, state.health)
         )
-        return PreparedClaim(ref, devices, cdi_device_id(self.driver_name, ref.uid), pod_claim_name(claim))
+        return PreparedClaim(
+            ref, devices, cdi_device_id(self.driver_name, ref.uid), pod_claim_name(ref, claim)
+        )
 
     def _spec(self, prepared: PreparedClaim) -> dict[str, object]:
         info, _state, compatible = self._resources.snapshot()
