@@ -271,7 +271,7 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
     "argv",
     [
         [sys.executable, "-m", "rknnlaunch", "bench", "--help"],
-        [sys.executable, "-m", "rknpu_device_plugin.telemetry._exporter", "--help"],
+        [sys.executable, "-m", "rknpu_device_plugin.exporter._exporter", "--help"],
     ],
     ids=["rknnlaunch-bench", "rknpu-exporter"],
 )

@@ -159,7 +159,7 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
     [
         ("rknnlaunch", ["doctor", "--no-such-flag"]),
         ("rknpu_device_plugin", ["--mode", "sideways"]),
-        ("rknpu_device_plugin.telemetry._exporter", ["--interval", "-1", "--once", "--nfd-dir", "/tmp"]),
+        ("rknpu_device_plugin.exporter._exporter", ["--interval", "-1", "--once", "--nfd-dir", "/tmp"]),
     ],
 )
 def test_the_three_commands_say_usage_errors_the_same_way(module: str, args: list[str]) -> None:
@@ -178,7 +178,7 @@ def test_exporter_once_with_an_unwritable_nfd_dir_says_why(tmp_path: Path) -> No
     host = tmp_path / "host"
     make_host("rk3588-drm", host)
     result = _run(
-        "rknpu_device_plugin.telemetry._exporter",
+        "rknpu_device_plugin.exporter._exporter",
         *(
             "--once",
             "--host-root",

@@ -32,7 +32,7 @@ def _import_with_blocked(module: str, blocked: list[str]) -> subprocess.Complete
         # The plugin's and the exporter's processes never load numpy (README "Map"; only the
         # functional probe's child does), nor the SDK's vision/CPU extras.
         ("rknpu_device_plugin._cli", ["numpy", "cv2", "onnxruntime", "matplotlib", "rknnlite"]),
-        ("rknpu_device_plugin.telemetry._exporter", ["numpy", "cv2", "onnxruntime", "matplotlib"]),
+        ("rknpu_device_plugin.exporter._exporter", ["numpy", "cv2", "onnxruntime", "matplotlib"]),
         # The server kit: standard library until settings are built (then pydantic).
         ("rknpu_serverkit", ["numpy", "pydantic", "grpc", "google.protobuf", "cv2", "onnxruntime"]),
     ],

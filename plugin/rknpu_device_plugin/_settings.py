@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode
 
-from rknpu_node import DEFAULT_RESOURCE_NAME
+from rknpu_node import DEFAULT_RESOURCE_NAME, NodeSettingsChecks
 from rknpu_serverkit import (
     LOG_FORMATS,
     LOG_LEVELS,
@@ -19,12 +19,8 @@ from rknpu_serverkit import (
     LogLevel,
     UsageParser,
     add_setting_flags,
-    check_device_paths,
-    check_host_file,
-    check_soc_name,
     server_settings_config,
     settings_from_flags,
-    split_device_list,
 )
 
 from ._env import ENV_PREFIX
@@ -35,7 +31,7 @@ DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 _RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
-class PluginSettings(BaseSettings):
+class PluginSettings(NodeSettingsChecks, BaseSettings):
     """Everything the device plugin can be told. Field docs are the `--help` texts."""
 
     model_config = server_settings_config(ENV_PREFIX)
@@ -122,33 +118,6 @@ class PluginSettings(BaseSettings):
             raise ValueError(f"{value!r} is not an extended resource name like rockchip.com/npu")
         return value
 
-    @field_validator("soc")
-    @classmethod
-    def _check_soc(cls, value: str | None) -> str | None:
-        return check_soc_name(value)
-
-    @field_validator("extra_device", mode="before")
-    @classmethod
-    def _split_extra_devices(cls, value: object) -> object:
-        return split_device_list(value)
-
-    @field_validator("extra_device")
-    @classmethod
-    def _check_extra_devices(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return check_device_paths(value)
-
-    @field_validator("host_librknnrt")
-    @classmethod
-    def _check_host_librknnrt(cls, value: str | None) -> str | None:
-        return check_host_file(value)
-
-    @field_validator("probe_model")
-    @classmethod
-    def _check_probe_model(cls, value: str | None) -> str | None:
-        if value is not None and not value.replace("{soc}", "soc").endswith(".rknn"):
-            raise ValueError(f"{value!r} must name an .rknn model, e.g. /opt/rknpu-probe/probe-{{soc}}.rknn")
-        return value or None
-
     @field_validator("socket_name")
     @classmethod
     def _check_socket_name(cls, value: str | None) -> str | None:
@@ -163,9 +132,6 @@ class PluginSettings(BaseSettings):
         if self.mode != "shared" and self.fail_requests_greater_than_one:
             raise ValueError("--fail-requests-greater-than-one only applies to --mode shared")
         return self
-
-    def resolved_probe_model(self, soc_name: str) -> Path | None:
-        return Path(self.probe_model.replace("{soc}", soc_name)) if self.probe_model else None
 
     def resolved_resource_name(self, soc_name: str) -> str:
         return self.resource_name.replace("{soc}", soc_name)

@@ -13,6 +13,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode
 
 from rknnlaunch.settings import DRA_DRIVER_NAME
+from rknpu_node import NodeSettingsChecks
 from rknpu_serverkit import (
     LOG_FORMATS,
     LOG_LEVELS,
@@ -20,12 +21,8 @@ from rknpu_serverkit import (
     LogLevel,
     UsageParser,
     add_setting_flags,
-    check_device_paths,
-    check_host_file,
-    check_soc_name,
     server_settings_config,
     settings_from_flags,
-    split_device_list,
 )
 
 ENV_PREFIX = "RKNPU_DRA_"
@@ -50,7 +47,7 @@ def _env(name: str) -> str:
     return os.environ.get(name, "")
 
 
-class DraSettings(BaseSettings):
+class DraSettings(NodeSettingsChecks, BaseSettings):
     """Everything the DRA driver can be told. Field docs are the `--help` texts."""
 
     model_config = server_settings_config(ENV_PREFIX)
@@ -160,36 +157,6 @@ class DraSettings(BaseSettings):
         if len(value) > 253 or not _NODE_NAME.fullmatch(value):
             raise ValueError(f"{value!r} is not a Kubernetes node name (a lower-case DNS subdomain)")
         return value
-
-    @field_validator("soc")
-    @classmethod
-    def _check_soc(cls, value: str | None) -> str | None:
-        return check_soc_name(value)
-
-    @field_validator("extra_device", mode="before")
-    @classmethod
-    def _split_extra_devices(cls, value: object) -> object:
-        return split_device_list(value)
-
-    @field_validator("extra_device")
-    @classmethod
-    def _check_extra_devices(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return check_device_paths(value)
-
-    @field_validator("host_librknnrt")
-    @classmethod
-    def _check_host_librknnrt(cls, value: str | None) -> str | None:
-        return check_host_file(value)
-
-    @field_validator("probe_model")
-    @classmethod
-    def _check_probe_model(cls, value: str | None) -> str | None:
-        if value is not None and not value.replace("{soc}", "soc").endswith(".rknn"):
-            raise ValueError(f"{value!r} must name an .rknn model, e.g. /opt/rknpu-probe/probe-{{soc}}.rknn")
-        return value or None
-
-    def resolved_probe_model(self, soc_name: str) -> Path | None:
-        return Path(self.probe_model.replace("{soc}", soc_name)) if self.probe_model else None
 
     @field_validator("instance_id")
     @classmethod

@@ -13,6 +13,7 @@ from ._log import ENV_PREFIX, LAYER_LOGGERS
 
 if TYPE_CHECKING:
     from ._cdi import minimum_cdi_version, with_minimum_version
+    from ._checks import NodeSettingsChecks
     from ._discovery import discover_on_node
     from ._events import NullEvents, PluginEvents, TeeEvents
     from ._manager import DeviceState, ResourceManager
@@ -48,6 +49,7 @@ _LAZY = {
     "DEFAULT_RESOURCE_NAME": "._policy",
     "DeviceState": "._manager",
     "Actor": "._wiring",
+    "NodeSettingsChecks": "._checks",
     "NodeSettings": "._wiring",
     "health_actor": "._wiring",
     "node_resources": "._wiring",
@@ -80,6 +82,7 @@ __all__ = [
     "ENV_PREFIX",
     "LAYER_LOGGERS",
     "Actor",
+    "NodeSettingsChecks",
     "NodeSettings",
     "health_actor",
     "node_resources",

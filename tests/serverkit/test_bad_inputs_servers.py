@@ -40,7 +40,7 @@ TIMEOUT_S = 30.0  # a loaded 2-core machine; a refusal takes well under a second
 
 PLUGIN = "rknpu_device_plugin"
 DRA = "rknpu_dra_driver"
-EXPORTER = "rknpu_device_plugin.telemetry._exporter"
+EXPORTER = "rknpu_device_plugin.exporter._exporter"
 
 GOOD_KUBECONFIG = """\
 apiVersion: v1

@@ -25,7 +25,7 @@ from prometheus_client.samples import Sample
 
 from rknnlaunch import UsageError
 from rknnlaunch.npu import HostRoot
-from rknpu_device_plugin.telemetry._exporter import Exporter, main, parse_settings
+from rknpu_device_plugin.exporter._exporter import Exporter, main, parse_settings
 from rknpu_device_plugin.telemetry._nfd import LABEL_NAMESPACE, parse_feature_text
 
 NS = LABEL_NAMESPACE
@@ -187,7 +187,7 @@ def test_exporter_process_serves_and_writes(
     env["RKNPU_EXPORTER_POD_RESOURCES_SOCKET"] = pod_resources.socket_path
     argv = [
         "-m",
-        "rknpu_device_plugin.telemetry._exporter",
+        "rknpu_device_plugin.exporter._exporter",
         "--host-root",
         str(host.root),
         "--metrics-address",
@@ -295,7 +295,7 @@ def test_sigterm_ends_the_process_whatever_a_scrape_client_does_and_every_line_i
     env = {k: v for k, v in os.environ.items() if not k.startswith("RKNPU_")}
     common = ["--host-root", str(host.root), "--metrics-address", "127.0.0.1:0", "--log-format", "json"]
     if command == "exporter":
-        argv = ["-m", "rknpu_device_plugin.telemetry._exporter", *common, "--pod-resources-socket", ""]
+        argv = ["-m", "rknpu_device_plugin.exporter._exporter", *common, "--pod-resources-socket", ""]
     else:
         (tmp_path / "dp").mkdir()
         argv = ["-m", "rknpu_device_plugin", *common, "--device-plugin-dir", str(tmp_path / "dp")]

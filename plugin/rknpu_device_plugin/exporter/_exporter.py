@@ -42,15 +42,16 @@ from rknpu_serverkit import (
 )
 
 from .._log import LOGGER_NAME, setup_logging
-from ._nfd import (
+from ..telemetry import (
     DEFAULT_FEATURES_DIR,
+    DEFAULT_POD_RESOURCES_SOCKET,
+    PodResourcesClient,
     describe_labels,
     nfd_labels,
     remove_feature_file,
     write_feature_file,
     write_textfile,
 )
-from ._podresources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesClient
 
 if TYPE_CHECKING:  # prometheus-client loads once the settings are checked (`preflight`)
     from rknpu_serverkit import MetricsServer
@@ -223,7 +224,7 @@ class Exporter:
     """The write loop and the optional metrics server, sharing one collector."""
 
     def __init__(self, settings: ExporterSettings, now: Callable[[], datetime] | None = None) -> None:
-        from ._collector import NpuCollector, build_registry
+        from ..telemetry import NpuCollector, build_registry
 
         self.settings = settings
         self.host = HostRoot(settings.host_root)
@@ -241,7 +242,7 @@ class Exporter:
         if self.settings.metrics_address:
             from rknpu_serverkit import MetricsServer
 
-            from ._collector import build_registry
+            from ..telemetry import build_registry
 
             self.server = MetricsServer(self.settings.metrics_address, build_registry(self.collector))
 
