@@ -129,15 +129,17 @@ class Driver:
         resources = node_resources(settings, NullEvents())
         resources.when_missing = "publishing no devices and re-scanning for a late driver load"
         resources.scan()
+        facts = node_facts(self.host, settings.host_librknnrt)
         store = ClaimStore(
             api, resources, settings.driver_name, settings.node_name, settings.resolved_plugin_dir,
-            settings.cdi_dir, boot_id=boot_id(self.host), metrics=metrics,
+            settings.cdi_dir, boot_id=boot_id(self.host), metrics=metrics, facts=facts,
+            max_shares=settings.max_shares,
         )  # fmt: skip
         store.load()
         metrics.watch(store.count)
         publisher = SlicePublisher(
-            api, resources, settings.node_name, settings.driver_name,
-            node_facts(self.host, settings.host_librknnrt), layout=settings.slice_layout, metrics=metrics,
+            api, resources, settings.node_name, settings.driver_name, facts,
+            layout=settings.slice_layout, metrics=metrics, max_shares=settings.max_shares,
         )  # fmt: skip
         api.on_ready = publisher.wake
         if api.ready:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode
 
+from rknnlaunch.settings import DRA_DRIVER_NAME
 from rknpu_node import NodeSettingsChecks
 from rknpu_serverkit import (
     LOG_FORMATS,
@@ -24,10 +25,13 @@ from rknpu_serverkit import (
 )
 
 ENV_PREFIX = "RKNPU_DRA_"
-SliceLayoutSetting = Literal["auto", "partitionable", "per-core"]
-SLICE_LAYOUTS: list[str] = ["auto", "partitionable", "per-core"]
+SliceLayoutSetting = Literal["auto", "partitionable", "per-core", "shared"]
+SLICE_LAYOUTS: list[str] = ["auto", "partitionable", "per-core", "shared"]
 PROG = "rknpu-dra-driver"
-DEFAULT_DRIVER_NAME = "npu.rockchip.com"
+DEFAULT_MAX_SHARES = 4
+"""``--max-shares``: a shared core's ``shares`` capacity (slices publish it, claims book against it)."""
+DEFAULT_DRIVER_NAME = DRA_DRIVER_NAME
+"""One name, owned by `rknnlaunch.settings` (the SDK looks for ``<driver>-metadata.json``)."""
 DEFAULT_REGISTRATION_DIR = "/var/lib/kubelet/plugins_registry"
 DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
 # A DRA driver name is a DNS subdomain (resource.k8s.io validation), at most 63 characters.
@@ -93,8 +97,16 @@ class DraSettings(NodeSettingsChecks, BaseSettings):
         "auto",
         description="how the ResourceSlice offers the cores: partitionable (one device per one-context "
         "core set, with per-core counters; needs DRAPartitionableDevices, else the driver stops), "
-        "per-core, or auto "
-        "(partitionable, and per-core for good once the API server drops the counters)",
+        "per-core, shared (one device per core that several claims may hold, each taking shares of "
+        "it, --max-shares; needs DRAConsumableCapacity, on by default from 1.36, else per-core), or "
+        "auto (partitionable, and per-core for good once the API server drops the counters)",
+    )
+    max_shares: int = Field(
+        DEFAULT_MAX_SHARES,
+        ge=2,
+        le=64,
+        description="--slice-layout shared: how many shares each core has (a claim takes 1 unless it "
+        "asks for more with capacity.requests.shares; all of them is the core alone)",
     )
     api_timeout: float = Field(
         5.0,

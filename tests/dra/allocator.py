@@ -11,6 +11,17 @@ other claims are skipped unless the request has ``adminAccess`` (admin results h
 ``matchAttribute`` constraints (also by subrequest name); ``firstAvailable`` subrequests in order,
 each tried through the rest of the claim; ``allocationMode: All``.
 
+Consumable capacity (KEP-5075; gate DRAConsumableCapacity, beta and on from 1.36), as
+`structured/internal/incubating/consumable_capacity.go` has it: a device with
+``allowMultipleAllocations`` stays allocatable while in use; for each of its capacities a request
+consumes its ``capacity.requests`` entry, or the ``requestPolicy.default`` (no policy: the whole
+value); a request below ``validRange.min`` is rounded up to it, between steps up to the next
+``min + n*step``, and to the next of ``validValues``; a result above ``max`` (or off the step, or
+not a valid value) violates the policy and the device is skipped; the sum of what every
+allocation consumes must not pass the capacity's value; each result gets a ``shareID`` (random
+hex upstream, a counter here) and its ``consumedCapacity``. `Allocator.refusals` says why devices
+were skipped, so an unsatisfiable claim shows its reason.
+
 `Allocator.allocate` is the scheduler's first-fit answer; `Allocator.every_allocation` lists every
 allocation the same rules allow (what a scheduler with other device orders or scoring could pick).
 """
@@ -205,6 +216,9 @@ class Result:
     """``req`` or ``req/subrequest``."""
     ref: DeviceRef
     admin: bool = False
+    share_id: str | None = None
+    consumed: tuple[tuple[str, Fraction], ...] = ()
+    """``consumedCapacity`` of a device allowing multiple allocations: (capacity name, amount)."""
 
     def to_json(self) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -215,7 +229,14 @@ class Result:
         }
         if self.admin:
             entry["adminAccess"] = True
+        if self.share_id is not None:
+            entry["shareID"] = self.share_id
+            entry["consumedCapacity"] = {name: _quantity_text(value) for name, value in self.consumed}
         return entry
+
+
+def _quantity_text(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{int(value * 1000)}m"
 
 
 @dataclass
@@ -250,6 +271,11 @@ class _Request:
     def count(self) -> int:
         return int(self.spec.get("count", DEFAULT_COUNT))
 
+    @property
+    def capacity_requests(self) -> dict[str, Fraction]:
+        requests = (self.spec.get("capacity") or {}).get("requests") or {}
+        return {name: Quantity(str(value)).value for name, value in requests.items()}
+
 
 def _pools(slices: Sequence[Mapping[str, Any]]) -> list[_Pool]:
     grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -276,7 +302,9 @@ class Allocator:
     """The scheduler's allocation of claims over ``slices`` with the cluster's ``classes``.
 
     ``partitionable``: the DRAPartitionableDevices gate (counters are checked only with it on, as
-    upstream; an API server without it never stores them anyway).
+    upstream; an API server without it never stores them anyway). ``consumable_capacity``: the
+    DRAConsumableCapacity gate (off: ``allowMultipleAllocations`` is ignored, each device is one
+    claim's, as on a server that dropped the field).
     """
 
     def __init__(
@@ -285,11 +313,16 @@ class Allocator:
         slices: Sequence[Mapping[str, Any]],
         *,
         partitionable: bool = True,
+        consumable_capacity: bool = True,
         cel: CelEngine | None = None,
     ) -> None:
         self.classes = {c["metadata"]["name"]: c for c in classes}
         self.pools = _pools(slices)
         self.partitionable = partitionable
+        self.consumable_capacity = consumable_capacity
+        self.refusals: list[str] = []
+        """Why devices were skipped in the last `allocate` (capacity and policy checks), each once."""
+        self._share_ids = 0
         self.cel = cel or CelEngine()
         self.allocated: list[Result] = []
         """Results of claims allocated before (the cluster's in-use devices)."""
@@ -301,6 +334,79 @@ class Allocator:
 
     def _in_use(self) -> set[DeviceRef]:
         return {r.ref for r in self.allocated if not r.admin}
+
+    def _multiple(self, candidate: Candidate) -> bool:
+        return self.consumable_capacity and bool(candidate.device.get("allowMultipleAllocations"))
+
+    def _refuse(self, reason: str) -> None:
+        if reason not in self.refusals:
+            self.refusals.append(reason)
+
+    def _consumption(
+        self, request: _Request, candidate: Candidate, taken: Sequence[Result]
+    ) -> tuple[tuple[str, Fraction], ...] | None:
+        """What ``request`` would consume of ``candidate`` (a device allowing multiple allocations),
+        or None when a requested capacity is missing, the policy is violated or the capacity is
+        spent (each recorded in `refusals`). A negative request is an error (upstream aborts)."""
+        name = candidate.ref.name
+        capacity = {
+            key.rpartition("/")[2] if key.startswith(candidate.ref.driver + "/") else key: value
+            for key, value in (candidate.device.get("capacity") or {}).items()
+        }
+        requested: dict[str, Fraction] = {}
+        for key, amount in request.capacity_requests.items():
+            short = key.rpartition("/")[2] if key.startswith(candidate.ref.driver + "/") else key
+            if amount < 0:
+                raise AllocationError(f"request {request.name}: capacity {key} {amount} is negative")
+            if short not in capacity:
+                self._refuse(f"device {name} has no capacity {key!r}")
+                return None
+            requested[short] = amount
+        consumed = []
+        for key, entry in capacity.items():
+            total = Quantity(entry["value"]).value
+            policy = entry.get("requestPolicy")
+            amount = _consumed_amount(requested.get(key), total, policy)
+            if _violates(amount, policy):
+                self._refuse(
+                    f"device {name}: request {request.name} for {_quantity_text(amount)} {key} "
+                    f"violates its requestPolicy {_policy_text(policy)}"
+                )
+                return None
+            used = sum(
+                (
+                    dict(r.consumed).get(key, Fraction(0))
+                    for r in [*self.allocated, *taken]
+                    if r.ref == candidate.ref
+                ),
+                Fraction(0),
+            )
+            if used + amount > total:
+                self._refuse(
+                    f"device {name}: {_quantity_text(used)} of its {_quantity_text(total)} {key} are "
+                    f"allocated, request {request.name} needs {_quantity_text(amount)}"
+                )
+                return None
+            consumed.append((key, amount))
+        return tuple(consumed)
+
+    def _share(self, request: _Request, candidate: Candidate, taken: Sequence[Result]) -> Result | None:
+        """The result of ``request`` on ``candidate``: for a device allowing multiple allocations,
+        with a new shareID and what it consumes (None: it does not fit)."""
+        if not self._multiple(candidate):
+            if request.capacity_requests:
+                # A plain device: the requests are a filter (capacity >= request), as a CEL selector.
+                for key, amount in request.capacity_requests.items():
+                    entry = (candidate.device.get("capacity") or {}).get(key)
+                    if entry is None or Quantity(entry["value"]).value < amount:
+                        self._refuse(f"device {candidate.ref.name} has less {key} than requested")
+                        return None
+            return Result(request.name, candidate.ref, request.admin)
+        consumed = self._consumption(request, candidate, taken)
+        if consumed is None:
+            return None
+        self._share_ids += 1
+        return Result(request.name, candidate.ref, request.admin, f"{self._share_ids:08x}", consumed)
 
     # -- requests
 
@@ -385,9 +491,10 @@ class Allocator:
         order = [c for p in self.pools for c in p.devices()]
 
         def usable(request: _Request, candidate: Candidate, taken: list[Result]) -> bool:
-            if any(r.ref == candidate.ref for r in taken):
+            multiple = self._multiple(candidate)
+            if not multiple and any(r.ref == candidate.ref for r in taken):
                 return False  # never twice in one claim, admin or not
-            if not request.admin and candidate.ref in in_use:
+            if not multiple and not request.admin and candidate.ref in in_use:
                 return False
             return self._selectable(request, candidate) and self._counters_fit(candidate, taken)
 
@@ -412,7 +519,10 @@ class Allocator:
                 for candidate in matching:
                     if not usable(request, candidate, taken + chosen):
                         return  # All needs every matching device
-                    chosen.append(Result(request.name, candidate.ref, request.admin))
+                    share = self._share(request, candidate, taken + chosen)
+                    if share is None:
+                        return
+                    chosen.append(share)
                     if not self._constraints_ok(claim, taken + chosen, devices):
                         raise AllocationError(
                             f"request {request.name}: a constraint refuses device {candidate.ref.name}"
@@ -433,7 +543,10 @@ class Allocator:
                 candidate = order[position]
                 if not usable(request, candidate, taken):
                     continue
-                attempt = [*taken, Result(request.name, candidate.ref, request.admin)]
+                share = self._share(request, candidate, taken)
+                if share is None:
+                    continue
+                attempt = [*taken, share]
                 if not self._constraints_ok(claim, attempt, devices):
                     continue
                 # A generator: the first fit is the first complete allocation the caller takes;
@@ -443,7 +556,9 @@ class Allocator:
         yield from fill(0, [])
 
     def allocate(self, claim: Mapping[str, Any]) -> list[Result] | None:
-        """The scheduler's answer: the first allocation found, or None (the pod stays pending)."""
+        """The scheduler's answer: the first allocation found, or None (the pod stays pending;
+        `refusals` then says what the capacity checks refused)."""
+        self.refusals = []
         return next(self._search(claim, first_fit=True), None)
 
     def every_allocation(self, claim: Mapping[str, Any]) -> list[list[Result]]:
@@ -457,6 +572,68 @@ class Allocator:
                 seen.add(key)
                 out.append(results)
         return out
+
+
+def _consumed_amount(
+    requested: Fraction | None, total: Fraction, policy: Mapping[str, Any] | None
+) -> Fraction:
+    """calculateConsumedQuantity: no request -> the policy's default, else the whole value; with a
+    policy, rounded up to validRange.min, then to min + n*step, or to the next of validValues."""
+    if requested is None:
+        default = (policy or {}).get("default")
+        return Quantity(str(default)).value if default is not None else total
+    if not policy:
+        return requested
+    valid_range = policy.get("validRange")
+    if valid_range and valid_range.get("min") is not None:
+        low = Quantity(str(valid_range["min"])).value
+        if requested < low:
+            return low
+        step = valid_range.get("step")
+        if step is None:
+            return requested
+        size = Quantity(str(step)).value
+        steps = -((low - requested) // size)  # ceil((requested - low) / size)
+        return low + size * steps
+    values = [Quantity(str(v)).value for v in policy.get("validValues") or ()]
+    for value in values:
+        if requested <= value:
+            return value
+    return requested
+
+
+def _violates(amount: Fraction, policy: Mapping[str, Any] | None) -> bool:
+    """violatesPolicy: the default is always valid; else above validRange.max, off its step, or
+    not one of validValues."""
+    if not policy:
+        return False
+    default = policy.get("default")
+    if default is not None and amount == Quantity(str(default)).value:
+        return False
+    valid_range = policy.get("validRange")
+    if valid_range:
+        high = valid_range.get("max")
+        if high is not None and amount > Quantity(str(high)).value:
+            return True
+        step = valid_range.get("step")
+        low = Quantity(str(valid_range.get("min", "0"))).value
+        return step is not None and (amount - low) % Quantity(str(step)).value != 0
+    values = policy.get("validValues")
+    if values:
+        return all(amount != Quantity(str(v)).value for v in values)
+    return False
+
+
+def _policy_text(policy: Mapping[str, Any] | None) -> str:
+    if not policy:
+        return "(none)"
+    parts = [f"default {policy['default']}"] if "default" in policy else []
+    valid_range = policy.get("validRange")
+    if valid_range:
+        parts.append("validRange " + ", ".join(f"{k} {v}" for k, v in valid_range.items()))
+    if policy.get("validValues"):
+        parts.append(f"validValues {policy['validValues']}")
+    return "(" + "; ".join(parts) + ")"
 
 
 def _lookup(device: Mapping[str, Any], driver: str, attribute: str) -> Any:

@@ -333,6 +333,13 @@ ROWS: list[Row] = [
         says="less than or equal to 60",
         fix="fix: use --api-timeout above 0 and at most 60",
     ),
+    D(
+        "dra-max-shares-zero",
+        "--max-shares",
+        "0",
+        says="greater than or equal to 2",
+        fix="fix: use --max-shares between 2 and 64",
+    ),
     D("dra-driver-name", "--driver-name", "Bad_Name", says="DNS subdomain"),
     D("dra-node-name-upper", "--node-name", "NODE-A", says="not a Kubernetes node name"),
     D("dra-node-name-missing", says="no node name", env=(("NODE_NAME", ""),)),

@@ -23,6 +23,7 @@ from rknpu_node import (
 from rknpu_serverkit import write_atomic
 
 from ._claim import AllocatedDevice, ClaimRef, PreparedClaim
+from ._metadata import METADATA_ENV, request_mount
 
 CDI_CLASS = "claim"
 """The CDI kind is ``<driver name>/claim``; each request of a claim is one CDI device."""
@@ -30,7 +31,10 @@ CLAIM_ENV = "RKNN_NPU_CLAIM"
 """``<namespace>/<name>/<uid>`` of the claim the container's NPU came from (the SDK names it in errors)."""
 REQUEST_ENV = "RKNN_NPU_CLAIM_REQUEST"
 DEVICES_ENV = "RKNN_NPU_CLAIM_DEVICES"
-"""``<request>=<pool>/<device>[+admin],...``: the request's allocation results, as the checkpoint has them."""
+"""``<request>=<pool>/<device>[+admin][@<shareID>*<shares>],...``: the request's allocation results,
+as the checkpoint has them (a shared core's share and the shares it consumed)."""
+POD_CLAIM_ENV = "RKNN_NPU_POD_CLAIM_NAME"
+"""A claim from a template: the pod's own name for it (its metadata file's container folder)."""
 ADMIN_ENV = "RKNN_NPU_ADMIN_ACCESS"
 """``true`` for an adminAccess request: monitoring access, the cores are not this pod's alone."""
 GROUPS_ENV = "RKNN_NPU_CONTEXT_GROUPS"
@@ -60,7 +64,27 @@ def spec_path(cdi_dir: Path, driver_name: str, uid: str) -> Path:
 
 
 def _devices_env(devices: tuple[AllocatedDevice, ...]) -> str:
-    return ",".join(f"{d.request}={d.pool}/{d.device}{'+admin' if d.admin else ''}" for d in devices)
+    return ",".join(
+        f"{d.request}={d.pool}/{d.device}{'+admin' if d.admin else ''}"
+        + (f"@{d.share_id}*{d.shares}" if d.share_id else "")
+        for d in devices
+    )
+
+
+def _device_from_env(entry: str) -> AllocatedDevice:
+    request, _, rest = entry.partition("=")
+    rest, _, share = rest.partition("@")
+    pool, _, device_name = rest.partition("/")
+    admin = device_name.endswith("+admin")
+    share_id, _, shares = share.partition("*")
+    return AllocatedDevice(
+        request,
+        pool,
+        device_name.removesuffix("+admin"),
+        admin,
+        share_id or None,
+        int(shares) if share_id else 0,
+    )
 
 
 def request_env(info: NpuInfo, claim: PreparedClaim, request: str) -> dict[str, str]:
@@ -75,6 +99,8 @@ def request_env(info: NpuInfo, claim: PreparedClaim, request: str) -> dict[str, 
     }
     if any(d.admin for d in devices):
         env[ADMIN_ENV] = "true"
+    if claim.pod_claim_name:
+        env[POD_CLAIM_ENV] = claim.pod_claim_name
     if plan_cores and not is_runnable(info.soc, plan_cores, info.core_count):
         groups = runnable_groups(info.soc, plan_cores, info.core_count)
         env[GROUPS_ENV] = ";".join(format_cores(group) for group in groups)
@@ -91,9 +117,12 @@ def claim_spec(
     info: NpuInfo,
     compatible_host_path: str | None,
     extras: NodeExtras,
+    plugin_dir: Path | None = None,
 ) -> dict[str, object]:
     """The claim's CDI spec: per request, the NPU's nodes, mounts and env as the device plugin
-    hands them in, with ``RKNN_NPU_CORE_MASK``/``RKNN_NPU_CORES`` of that request's cores."""
+    hands them in, with ``RKNN_NPU_CORE_MASK``/``RKNN_NPU_CORES`` of that request's cores; with
+    ``plugin_dir``, also the request's metadata file mounted read-only and ``RKNN_NPU_METADATA``
+    naming it (a plain bind mount: no newer cdiVersion)."""
     base = cdi_spec(info, compatible_host_path, extras)
     base_edits: Mapping[str, object] = base["devices"][0]["containerEdits"]  # type: ignore[index]
     devices = []
@@ -104,8 +133,12 @@ def claim_spec(
         env = dict(item.split("=", 1) for item in edits["env"])  # type: ignore[attr-defined]
         env.update(plan.envs)
         env.update(request_env(info, claim, request))
+        if plugin_dir is not None:
+            mount = request_mount(driver_name, claim, request, plugin_dir)
+            edits["mounts"] = [*(edits.get("mounts") or ()), mount]  # type: ignore[misc]
+            env[METADATA_ENV] = str(mount["containerPath"])
         edits["env"] = [f"{key}={value}" for key, value in sorted(env.items())]
-        devices.append({"name": f"{claim.ref.uid}-{request}", "containerEdits": edits})
+        devices.append({"name": claim.request_cdi_name(request), "containerEdits": edits})
     return with_minimum_version({"kind": cdi_kind(driver_name), "devices": devices})
 
 
@@ -115,6 +148,7 @@ def claim_from_spec(spec: Mapping[str, object], driver_name: str) -> PreparedCla
     if not isinstance(devices, list) or not devices:
         raise ValueError("the spec has no devices")
     ref: ClaimRef | None = None
+    pod_claim_name: str | None = None
     allocated: list[AllocatedDevice] = []
     for device in devices:
         edits = device.get("containerEdits") if isinstance(device, Mapping) else None
@@ -124,14 +158,11 @@ def claim_from_spec(spec: Mapping[str, object], driver_name: str) -> PreparedCla
         env = dict(str(item).split("=", 1) for item in env_list if "=" in str(item))
         namespace, name, uid = env[CLAIM_ENV].split("/", 2)
         ref = ClaimRef(namespace, name, uid)
-        for entry in filter(None, env[DEVICES_ENV].split(",")):
-            request, _, rest = entry.partition("=")
-            pool, _, device_name = rest.partition("/")
-            admin = device_name.endswith("+admin")
-            allocated.append(AllocatedDevice(request, pool, device_name.removesuffix("+admin"), admin))
+        pod_claim_name = env.get(POD_CLAIM_ENV) or pod_claim_name
+        allocated.extend(_device_from_env(entry) for entry in filter(None, env[DEVICES_ENV].split(",")))
     if ref is None or not allocated:
         raise ValueError("the spec records no allocation")
-    return PreparedClaim(ref, tuple(allocated), cdi_device_id(driver_name, ref.uid))
+    return PreparedClaim(ref, tuple(allocated), cdi_device_id(driver_name, ref.uid), pod_claim_name)
 
 
 def write_claim_spec(path: Path, spec: dict[str, object], durable: bool = True) -> None:

@@ -4,11 +4,15 @@ subrequests, adminAccess), checked against the devices this node offers; what a 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from rknpu_node import cores_of
+from rknnlaunch.settings import POD_CLAIM_NAME_ANNOTATION, base_request
+from rknpu_node import cores_of, device_cores
 from rknpu_serverkit import quote_ids
+
+from ..slices import SHARES_CAPACITY
 
 
 class ClaimError(ValueError):
@@ -27,31 +31,57 @@ class ClaimRef:
         return f"ResourceClaim {self.namespace}/{self.name} (uid {self.uid})"
 
 
-def base_request(request: str) -> str:
-    """``npu/pair`` (a firstAvailable subrequest's result) -> ``npu``: the kubelet matches a
-    container's ``resources.claims[].request`` to the base name."""
-    return request.split("/", 1)[0]
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_SHARE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}")
+"""The allocator's shareID is random hex; it becomes part of a CDI device name, so nothing else passes."""
 
 
 @dataclass(frozen=True)
 class AllocatedDevice:
     """One allocation result of ours: the request it serves (``req`` or ``req/subrequest``), its
-    pool and device, and whether it was allocated with adminAccess (no exclusivity)."""
+    pool and device, whether it was allocated with adminAccess (no exclusivity), and for a shared
+    core (a device with allowMultipleAllocations) its ``shareID`` and the shares it consumed."""
 
     request: str
     pool: str
     device: str
     admin: bool = False
+    share_id: str | None = None
+    shares: int = 0
+    """Consumed ``shares`` of a shared core (0: not a share, the core is held whole)."""
 
     @property
     def base_request(self) -> str:
         return base_request(self.request)
 
+    @property
+    def shared(self) -> bool:
+        return self.share_id is not None
+
     def to_json(self) -> dict[str, object]:
         record: dict[str, object] = {"request": self.request, "pool": self.pool, "device": self.device}
         if self.admin:
             record["adminAccess"] = True
+        if self.share_id is not None:
+            record["shareID"] = self.share_id
+            record["shares"] = self.shares
         return record
+
+    @classmethod
+    def from_json(cls, data: object) -> AllocatedDevice:
+        share_id = data.get("shareID") if isinstance(data, Mapping) else None
+        shares = data.get("shares", 0) if isinstance(data, Mapping) else 0
+        if share_id is not None and (not isinstance(share_id, str) or not valid_share_id(share_id)):
+            raise ValueError("shareID is not a share ID")
+        if not isinstance(shares, int) or isinstance(shares, bool) or shares < 0:
+            raise ValueError("shares is not a count")
+        return cls(
+            _text(data, "request"), _text(data, "pool"), _text(data, "device"), _admin(data), share_id, shares
+        )
+
+
+def valid_share_id(text: str) -> bool:
+    return _SHARE_ID.fullmatch(text) is not None
 
 
 @dataclass(frozen=True)
@@ -63,6 +93,9 @@ class PreparedClaim:
     ref: ClaimRef
     devices: tuple[AllocatedDevice, ...]
     cdi_device_id: str
+    pod_claim_name: str | None = None
+    """A claim made from a template: the pod's own name for it (annotation
+    ``resource.kubernetes.io/pod-claim-name``), which keys its metadata file in the container."""
 
     @property
     def cores(self) -> frozenset[int]:
@@ -77,21 +110,43 @@ class PreparedClaim:
         return tuple(device for device in self.devices if device.base_request == request)
 
     def request_cdi_id(self, request: str) -> str:
-        return f"{self.cdi_device_id}-{base_request(request)}"
+        """``<claim cdi id>-<request>``; a request given shares of a core names them:
+        ``...-<request>-share-<shareID>`` (one name per share, in result order)."""
+        shares = "".join(
+            f"-share-{d.share_id}" for d in self.request_devices(base_request(request)) if d.share_id
+        )
+        return f"{self.cdi_device_id}-{base_request(request)}{shares}"
+
+    def request_cdi_name(self, request: str) -> str:
+        """The CDI device's own name (the part after ``=``)."""
+        return self.request_cdi_id(request).split("=", 1)[1]
 
     @property
     def exclusive_cores(self) -> frozenset[int]:
         """The cores this claim holds exclusively (adminAccess results hold none)."""
-        return cores_of(device.device for device in self.devices if not device.admin)
+        return cores_of(device.device for device in self.devices if not device.admin and not device.shared)
+
+    @property
+    def shares(self) -> dict[int, int]:
+        """Core -> the shares of it this claim consumes (shared results only)."""
+        booked: dict[int, int] = {}
+        for device in self.devices:
+            if device.shared and not device.admin:
+                for core in device_cores(device.device):
+                    booked[core] = booked.get(core, 0) + device.shares
+        return booked
 
     def to_json(self) -> dict[str, object]:
-        return {
+        record: dict[str, object] = {
             "namespace": self.ref.namespace,
             "name": self.ref.name,
             "uid": self.ref.uid,
             "cdiDeviceID": self.cdi_device_id,
             "devices": [device.to_json() for device in self.devices],
         }
+        if self.pod_claim_name:
+            record["podClaimName"] = self.pod_claim_name
+        return record
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> PreparedClaim:
@@ -100,13 +155,14 @@ class PreparedClaim:
         if not isinstance(devices, list):
             raise ValueError("devices is not a list")
         ref = ClaimRef(_text(data, "namespace"), _text(data, "name"), _text(data, "uid"))
+        pod_claim_name = data.get("podClaimName")
+        if pod_claim_name is not None and not isinstance(pod_claim_name, str):
+            raise ValueError("podClaimName is not a string")
         return cls(
             ref,
-            tuple(
-                AllocatedDevice(_text(d, "request"), _text(d, "pool"), _text(d, "device"), _admin(d))
-                for d in devices
-            ),
+            tuple(AllocatedDevice.from_json(d) for d in devices),
             _text(data, "cdiDeviceID"),
+            pod_claim_name or None,
         )
 
 
@@ -153,12 +209,15 @@ def our_devices(
         entry = _mapping(result)
         if entry.get("driver") != driver_name:
             continue
+        share_id, shares = _share(ref, entry, driver_name)
         ours.append(
             AllocatedDevice(
                 str(entry.get("request", "")),
                 str(entry.get("pool", "")),
                 str(entry.get("device", "")),
                 entry.get("adminAccess") is True,
+                share_id,
+                shares,
             )
         )
     if not ours:
@@ -182,6 +241,43 @@ def our_devices(
             f"this node does not offer (it offers {listed}); reallocate the claim"
         )
     return tuple(ours)
+
+
+def _share(ref: ClaimRef, entry: Mapping[str, object], driver_name: str) -> tuple[str | None, int]:
+    """A result's ``shareID`` and consumed ``shares`` (the allocator always records what a share
+    consumed, its policy's default included; a share without the record counts the default, 1)."""
+    share_id = entry.get("shareID")
+    if share_id is None:
+        return None, 0
+    if not isinstance(share_id, str) or not valid_share_id(share_id):
+        raise ClaimError(
+            f"{ref.describe()}: device {entry.get('device')} has shareID {share_id!r}, not a share ID "
+            "the scheduler writes (hex); reallocate the claim"
+        )
+    consumed = _mapping(entry.get("consumedCapacity"))
+    amount = consumed.get(SHARES_CAPACITY, consumed.get(f"{driver_name}/{SHARES_CAPACITY}", "1"))
+    text = str(amount).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ClaimError(
+            f"{ref.describe()}: device {entry.get('device')} consumed {SHARES_CAPACITY}={amount!r}, not a "
+            "whole number of shares of at least 1; reallocate the claim"
+        )
+    return share_id, int(text)
+
+
+def pod_claim_name(ref: ClaimRef, claim: Mapping[str, object]) -> str | None:
+    """The pod's own name of a claim made from a template (its metadata file is keyed by it: a
+    folder in the container's path, so only a DNS label, as the pod spec has it, passes)."""
+    annotations = _mapping(_mapping(claim.get("metadata")).get("annotations"))
+    name = annotations.get(POD_CLAIM_NAME_ANNOTATION)
+    if name is None:
+        return None
+    if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name):
+        raise ClaimError(
+            f"{ref.describe()}: annotation {POD_CLAIM_NAME_ANNOTATION}={name!r} is not a pod's claim "
+            "name (a DNS label); the claim was edited by hand: delete it so its pod makes it again"
+        )
+    return name
 
 
 def stale_reason(

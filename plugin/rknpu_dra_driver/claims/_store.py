@@ -19,8 +19,9 @@ from rknpu_node import ResourceManager
 
 from .._log import get_logger
 from .._metrics import DraMetrics
+from .._settings import DEFAULT_MAX_SHARES
 from ..apiserver import ApiError, KubeApi
-from ..slices import all_offered_devices
+from ..slices import NodeFacts, all_offered_devices
 from ._booking import conflicting_holders, conflicts
 from ._cdi import (
     cdi_device_id,
@@ -32,7 +33,8 @@ from ._cdi import (
     write_claim_spec,
 )
 from ._checkpoint import CHECKPOINT_NAME, CheckpointError, Entry, decode_bytes, load, save
-from ._claim import ClaimError, ClaimRef, PreparedClaim, our_devices, stale_reason
+from ._claim import ClaimError, ClaimRef, PreparedClaim, our_devices, pod_claim_name, stale_reason
+from ._metadata import metadata_paths, remove_metadata, request_metadata, write_metadata
 from ._serialize import SerializeLock
 
 _log = get_logger("claims")
@@ -60,11 +62,18 @@ class ClaimStore:
         *,
         boot_id: str = "",
         metrics: DraMetrics | None = None,
+        facts: NodeFacts | None = None,
+        max_shares: int = DEFAULT_MAX_SHARES,
     ) -> None:
         self._api = api
         self._resources = resources
         self.driver_name = driver_name
         self.node_name = node_name
+        self.plugin_dir = plugin_dir
+        """Also the metadata files' root (``<plugin dir>/dra-device-metadata/``, the library's place)."""
+        self._facts = facts if facts is not None else NodeFacts()
+        self.max_shares = max_shares
+        """A shared core's ``shares`` capacity (``--max-shares``): prepare never books more."""
         self.checkpoint_path = plugin_dir / CHECKPOINT_NAME
         self.cdi_dir = cdi_dir
         self.boot_id = boot_id
@@ -183,6 +192,7 @@ class ClaimStore:
             return False
         del entries[uid]
         remove_claim_spec(spec_path(self.cdi_dir, self.driver_name, uid))
+        remove_metadata(self.plugin_dir, entry.claim.ref)
         _log.info(
             "stale claim of an earlier boot removed",
             extra={"fields": {"claim": entry.claim.ref.describe(), "reason": reason}},
@@ -237,17 +247,19 @@ class ClaimStore:
             others = {uid: e.claim for uid, e in entries.items() if uid != ref.uid}
             if self._drop_stale_holders(entries, others, prepared):
                 others = {uid: e.claim for uid, e in entries.items() if uid != ref.uid}
-            refusal = conflicts(others, prepared)
+            refusal = conflicts(others, prepared, self.max_shares)
             if refusal:
                 raise ClaimError(refusal)
             path = spec_path(self.cdi_dir, self.driver_name, ref.uid)
             try:
+                self._write_metadata(prepared)
                 write_claim_spec(path, self._spec(prepared), durable=False)
                 self.before_checkpoint(ref.uid)
                 entries[ref.uid] = Entry(prepared, self.boot_id)
                 self._save(entries)
             except OSError as exc:
                 remove_claim_spec(path)
+                remove_metadata(self.plugin_dir, ref)
                 raise ClaimError(
                     f"{ref.describe()}: cannot write {exc.filename or path}: {exc.strerror}"
                 ) from None
@@ -282,7 +294,7 @@ class ClaimStore:
         unprepares it. An API error keeps the holder (refusing is the safe answer; the kubelet
         retries). True if any holder went. Called with the lock held (rare: a conflict)."""
         dropped = False
-        for uid, holder in conflicting_holders(others, candidate).items():
+        for uid, holder in conflicting_holders(others, candidate, self.max_shares).items():
             if entries[uid].boot_id == self.boot_id:
                 continue
             try:
@@ -316,20 +328,36 @@ class ClaimStore:
         devices = our_devices(
             ref, claim, self.driver_name, self.node_name, all_offered_devices(info, state.health)
         )
-        return PreparedClaim(ref, devices, cdi_device_id(self.driver_name, ref.uid))
+        return PreparedClaim(
+            ref, devices, cdi_device_id(self.driver_name, ref.uid), pod_claim_name(ref, claim)
+        )
 
     def _spec(self, prepared: PreparedClaim) -> dict[str, object]:
         info, _state, compatible = self._resources.snapshot()
         if info is None:
             raise ClaimError(f"{prepared.ref.describe()}: this node has no usable NPU now")
-        return claim_spec(self.driver_name, prepared, info, compatible, self._resources.extras)
+        return claim_spec(
+            self.driver_name, prepared, info, compatible, self._resources.extras, plugin_dir=self.plugin_dir
+        )
+
+    def _metadata(self, prepared: PreparedClaim) -> dict[str, tuple[Path, str]]:
+        info, _state, _compatible = self._resources.snapshot()
+        if info is None:
+            raise ClaimError(f"{prepared.ref.describe()}: this node has no usable NPU now")
+        return request_metadata(self.driver_name, prepared, info, self._facts, self.plugin_dir)
+
+    def _write_metadata(self, prepared: PreparedClaim) -> None:
+        """Each request's metadata file (KEP-5304), before the CDI spec that mounts it. Raises OSError."""
+        write_metadata(self._metadata(prepared))
 
     def _ensure_spec(self, prepared: PreparedClaim) -> None:
-        """A checkpointed claim whose spec went missing (deleted by hand) gets it written again."""
+        """A checkpointed claim whose spec or metadata file went missing (deleted by hand) gets it
+        written again."""
         path = spec_path(self.cdi_dir, self.driver_name, prepared.ref.uid)
-        if path.exists():
+        if path.exists() and all(file.exists() for file in metadata_paths(self.plugin_dir, prepared)):
             return
         try:
+            write_metadata(self._metadata(prepared))
             write_claim_spec(path, self._spec(prepared), durable=False)
         except OSError as exc:
             raise ClaimError(f"{prepared.ref.describe()}: cannot write {path}: {exc.strerror}") from None
@@ -352,6 +380,7 @@ class ClaimStore:
                 entries = self._read()
                 known = entries.pop(ref.uid, None)
                 remove_claim_spec(path)
+                remove_metadata(self.plugin_dir, ref)
                 if known is not None:
                     self._save(entries)
         except OSError as exc:

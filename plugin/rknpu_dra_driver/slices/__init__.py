@@ -7,20 +7,26 @@ from rknnlaunch import lazy_attributes
 
 if TYPE_CHECKING:
     from ._desired import (
+        SHARES_CAPACITY,
         NodeFacts,
         SliceLayout,
         all_offered_devices,
         desired_slices,
+        device_attributes,
         fields_dropped,
         layout_core_sets,
         set_device_id,
+        shared_fields_dropped,
     )
     from ._facts import node_facts
     from ._publisher import SlicePublisher
 
 # What other rooms use, by defining module; imported on first use (PEP 562).
 _LAZY = {
+    "SHARES_CAPACITY": "._desired",
     "NodeFacts": "._desired",
+    "device_attributes": "._desired",
+    "shared_fields_dropped": "._desired",
     "SliceLayout": "._desired",
     "all_offered_devices": "._desired",
     "desired_slices": "._desired",
@@ -34,7 +40,10 @@ _LAZY = {
 __getattr__ = lazy_attributes(__name__, _LAZY)
 
 __all__ = [
+    "SHARES_CAPACITY",
     "NodeFacts",
+    "device_attributes",
+    "shared_fields_dropped",
     "SliceLayout",
     "all_offered_devices",
     "desired_slices",

@@ -25,8 +25,14 @@ from rknnlaunch.npu import (
 )
 from rknpu_node import device_cores, device_ids
 
+from .._settings import DEFAULT_MAX_SHARES
+
 COUNTER_SET = "npu-cores"
 """The shared counter set of a partitionable pool: one counter per core, value 1."""
+SHARES_CAPACITY = "shares"
+"""A shared core's consumable capacity (KEP-5075): ``--max-shares`` of them, 1 a claim by default.
+An API server without DRAConsumableCapacity (alpha in 1.34/1.35, beta and on from 1.36) silently
+drops the device's ``allowMultipleAllocations`` and the capacity's ``requestPolicy``."""
 COUNTERS_SLICE_SUFFIX = "-counters"
 SEPARATE_COUNTERS_FROM_MINOR = 35
 """From Kubernetes 1.35 a pool's counters sit in a slice of their own (no devices in it)."""
@@ -40,6 +46,9 @@ class SliceLayout(str, enum.Enum):
     """One device per core, ordered so single-core claims take the lone core first."""
     PARTITIONABLE = "partitionable"
     """One device per one-context core set, each consuming its cores' counters."""
+    SHARED = "shared"
+    """One device per core that several claims may hold at once (``allowMultipleAllocations``),
+    each taking some of its ``shares`` capacity (KEP-5075 consumable capacity)."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +97,7 @@ def layout_core_sets(info: NpuInfo, health: Mapping[str, bool], layout: SliceLay
     one-context sets smallest first. A set with an unhealthy core is left out."""
     healthy = healthy_cores(info, health)
     singles = tuple(frozenset({c}) for c in allocation_order(info.soc, info.core_count) if c in healthy)
-    if layout is SliceLayout.PER_CORE:
+    if layout is not SliceLayout.PARTITIONABLE:
         return singles
     larger = tuple(
         cores
@@ -161,11 +170,28 @@ def _counter(core: int) -> str:
     return f"core-{core}"
 
 
-def _device(info: NpuInfo, cores: CoreSet, facts: NodeFacts, layout: SliceLayout) -> dict[str, object]:
+def shares_capacity(max_shares: int) -> dict[str, object]:
+    """A shared core's capacity: ``max_shares`` shares, a claim takes 1 unless it asks for more
+    (``capacity.requests.shares``), at most all of them (the core alone), whole shares only."""
+    total = str(max_shares)
+    return {
+        SHARES_CAPACITY: {
+            "value": total,
+            "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": total, "step": "1"}},
+        }
+    }
+
+
+def _device(
+    info: NpuInfo, cores: CoreSet, facts: NodeFacts, layout: SliceLayout, max_shares: int
+) -> dict[str, object]:
     device: dict[str, object] = {
         "name": set_device_id(cores),
         "attributes": device_attributes(info, cores, facts),
     }
+    if layout is SliceLayout.SHARED:
+        device["allowMultipleAllocations"] = True
+        device["capacity"] = shares_capacity(max_shares)
     if layout is SliceLayout.PARTITIONABLE:
         device["consumesCounters"] = [
             {"counterSet": COUNTER_SET, "counters": {_counter(c): {"value": "1"} for c in sorted(cores)}}
@@ -211,18 +237,20 @@ def desired_slices(
     node_uid: str | None,
     layout: SliceLayout | str,
     server_minor: int | None = None,
+    max_shares: int = DEFAULT_MAX_SHARES,
 ) -> list[dict[str, object]]:
     """Every slice of the node's pool (``resourceSliceCount`` = the list's length).
 
-    PER_CORE: one slice of per-core devices. PARTITIONABLE: the devices consume per-core counters;
-    on a 1.34 API server (``server_minor`` 34) the counters sit in the device slice, from 1.35
-    (or unknown) in a separate counters slice of the same pool.
+    PER_CORE: one slice of per-core devices. SHARED: the same devices, each allowing multiple
+    allocations of its ``max_shares`` shares. PARTITIONABLE: the devices consume per-core
+    counters; on a 1.34 API server (``server_minor`` 34) the counters sit in the device slice,
+    from 1.35 (or unknown) in a separate counters slice of the same pool.
     """
     chosen = SliceLayout(layout)
     sets = layout_core_sets(info, health, chosen) if info is not None else ()
-    devices = [_device(info, cores, facts, chosen) for cores in sets] if info is not None else []
+    devices = [_device(info, cores, facts, chosen, max_shares) for cores in sets] if info is not None else []
     name = slice_name(node_name, driver_name)
-    if chosen is SliceLayout.PER_CORE:
+    if chosen is not SliceLayout.PARTITIONABLE:
         return [_slice(name, node_name, driver_name, generation, 1, node_uid, {"devices": devices})]
     healthy = sorted(healthy_cores(info, health))
     counters = [{"name": COUNTER_SET, "counters": {_counter(c): {"value": "1"} for c in healthy}}]
@@ -243,6 +271,38 @@ def _has_partition_fields(spec: Mapping[str, object]) -> bool:
     return isinstance(devices, Sequence) and any(
         isinstance(d, Mapping) and d.get("consumesCounters") for d in devices
     )
+
+
+def _shared_devices(spec: Mapping[str, object]) -> dict[object, Mapping[str, object]]:
+    devices = spec.get("devices")
+    return {
+        d.get("name"): d
+        for d in (devices if isinstance(devices, Sequence) else ())
+        if isinstance(d, Mapping) and d.get("allowMultipleAllocations")
+    }
+
+
+def _has_request_policy(device: Mapping[str, object]) -> bool:
+    capacity = device.get("capacity")
+    entry = capacity.get(SHARES_CAPACITY) if isinstance(capacity, Mapping) else None
+    return isinstance(entry, Mapping) and bool(entry.get("requestPolicy"))
+
+
+def shared_fields_dropped(sent: Mapping[str, object], kept: Mapping[str, object]) -> bool:
+    """True when ``sent`` offered shared cores and ``kept`` lacks a device's
+    ``allowMultipleAllocations`` or its capacity's ``requestPolicy``: the API server runs without
+    DRAConsumableCapacity (the devices would be plain per-core ones, each held by one claim)."""
+    sent_spec = sent.get("spec")
+    if not isinstance(sent_spec, Mapping):
+        return False
+    offered = _shared_devices(sent_spec)
+    if not offered:
+        return False
+    kept_spec = kept.get("spec")
+    if not isinstance(kept_spec, Mapping):
+        return True
+    back = _shared_devices(kept_spec)
+    return any(name not in back or not _has_request_policy(back[name]) for name in offered)
 
 
 def fields_dropped(sent: Mapping[str, object], kept: Mapping[str, object]) -> bool:
@@ -269,6 +329,7 @@ def fields_dropped(sent: Mapping[str, object], kept: Mapping[str, object]) -> bo
 
 __all__ = [
     "COUNTER_SET",
+    "SHARES_CAPACITY",
     "NodeFacts",
     "SliceLayout",
     "all_offered_devices",
@@ -280,5 +341,7 @@ __all__ = [
     "offered_devices",
     "semver",
     "set_device_id",
+    "shared_fields_dropped",
+    "shares_capacity",
     "slice_name",
 ]

@@ -22,8 +22,9 @@ from rknpu_node import DeviceState, ResourceManager
 
 from .._log import get_logger
 from .._metrics import DraMetrics
+from .._settings import DEFAULT_MAX_SHARES
 from ..apiserver import ApiError, KubeApi
-from ._desired import NodeFacts, desired_slices, fields_dropped
+from ._desired import NodeFacts, desired_slices, fields_dropped, shared_fields_dropped
 from ._layout import chosen_layout, gate_off_error, tainted, taints_kept, too_old_error
 
 _log = get_logger("slices")
@@ -73,6 +74,7 @@ class SlicePublisher:
         layout: str = "auto",
         server_minor: int | None = None,
         metrics: DraMetrics | None = None,
+        max_shares: int = DEFAULT_MAX_SHARES,
     ) -> None:
         self._api = api
         self._resources = resources
@@ -81,6 +83,7 @@ class SlicePublisher:
         self._facts = facts
         self._layout = layout
         self._auto = layout == "auto"
+        self.max_shares = max_shares
         self._server_minor = server_minor
         self._minor_known = server_minor is not None
         self._confirmed = False
@@ -186,6 +189,7 @@ class SlicePublisher:
             self._node_uid,
             layout,
             server_minor=self._server_minor,
+            max_shares=self.max_shares,
         )
         return cast("list[dict[str, Any]]", wanted)
 
@@ -290,7 +294,8 @@ class SlicePublisher:
         "auto" or an explicit "partitionable": either must never store them without counters)."""
         if self._layout == "per-core" or self._confirmed:
             return False
-        return any(fields_dropped(body, {}) for body in wanted)  # {} "drops" whatever body carries
+        # {} "drops" whatever body carries
+        return any(fields_dropped(body, {}) or shared_fields_dropped(body, {}) for body in wanted)
 
     def _dry_run_drops(self, wanted: list[dict[str, Any]], existing: Mapping[str, dict[str, Any]]) -> bool:
         """Create/replace every slice with ``dryRun=All`` and read the answers: True (and per-core
@@ -309,12 +314,17 @@ class SlicePublisher:
             if self._dropped(body, kept, dry_run=True):
                 return True
         self._confirmed = True
-        _log.debug("the API server keeps the partitionable-device fields (dry run)")
+        _log.debug("the API server keeps the %s fields (dry run)", self._feature())
         return False
+
+    def _feature(self) -> str:
+        return "consumable-capacity" if self._layout == "shared" else "partitionable-device"
 
     def _dropped(self, sent: dict[str, Any], kept: dict[str, Any], *, dry_run: bool = False) -> bool:
         """The server dropped the partitionable fields: layout "auto" -> per-core for good; the
-        explicit "partitionable" (the user's choice, no fallback) -> the driver stops."""
+        explicit "partitionable" (no fallback) -> the driver stops; "shared": `_shares_dropped`."""
+        if self._layout == "shared":
+            return self._shares_dropped(sent, kept, dry_run=dry_run)
         if self._layout == "per-core" or not fields_dropped(sent, kept):
             return False
         if not self._auto:
@@ -338,6 +348,25 @@ class SlicePublisher:
         self._kept.clear()
         if not dry_run:
             self._wake.set()  # republish in the new layout at once
+        return True
+
+    def _shares_dropped(self, sent: dict[str, Any], kept: dict[str, Any], *, dry_run: bool) -> bool:
+        """Layout "shared" on a server without DRAConsumableCapacity: one device per core from now
+        on (what the server would store anyway, minus the capacity no claim could use), said once.
+        Safe either way: without allowMultipleAllocations each core is one claim's."""
+        if not shared_fields_dropped(sent, kept):
+            return False
+        _log.warning(
+            "--slice-layout shared: the API server dropped allowMultipleAllocations / the shares' "
+            "requestPolicy (feature gate DRAConsumableCapacity off; on by default from Kubernetes "
+            "1.36); publishing one device per core from now on: share a core through one "
+            "ResourceClaim named by every pod (deploy/dra/samples/shared-core.yaml)",
+            extra={"fields": {"slice": sent["metadata"]["name"]}},
+        )
+        self._layout = "per-core"
+        self._kept.clear()
+        if not dry_run:
+            self._wake.set()
         return True
 
     def _taints_dropped(self, sent: dict[str, Any], kept: dict[str, Any]) -> bool:
