@@ -51,6 +51,7 @@ class OpenOptions:
     open_timeout: float = 10.0
     read_timeout: float = 10.0
     rtsp_transport: str = "tcp"
+    analyze_seconds: float = 1.0
 
 
 def open_container(url: str, options: OpenOptions) -> Any:
@@ -61,6 +62,10 @@ def open_container(url: str, options: OpenOptions) -> Any:
     fmt: str | None = None
     target = url
     micros = str(int(options.read_timeout * 1e6))
+    if kind != "file":
+        # A live source's stream info is known from its first keyframe; FFmpeg's default 5 s of
+        # analysis would delay every (re)connect.
+        opts["analyzeduration"] = str(int(options.analyze_seconds * 1e6))
     if kind in ("rtsp", "rtsps"):
         opts["rtsp_transport"] = options.rtsp_transport
         opts["timeout"] = micros  # socket I/O timeout (FFmpeg >= 5; `stimeout` before)

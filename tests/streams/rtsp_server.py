@@ -2,7 +2,7 @@
 gir1.2-gst-rtsp-server-1.0, python3-gi) serving an H.264 mp4 at rtsp://127.0.0.1:PORT/PATH.
 
 Run by Debian's /usr/bin/python3 (python3-gi is built for it, not for the test venv) as a child of
-the test: ``python3 rtsp_server.py --port P --path /cam --file clip.mp4 [--user U --password-env V]``.
+the test: ``python3 rtsp_server.py --port P [--path /cam]... --file clip.mp4 [--user U --password-env V]``.
 Prints ``ready`` on stdout once it listens; SIGTERM stops it. Each client gets its own pipeline,
 from the start of the file (`filesrc ! qtdemux ! h264parse config-interval=1 ! rtph264pay`)."""
 
@@ -23,7 +23,7 @@ from gi.repository import GLib, Gst, GstRtspServer  # noqa: E402
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--path", default="/cam")
+    parser.add_argument("--path", action="append", help="a mount point serving the file (repeatable; /cam)")
     parser.add_argument("--file", required=True)
     parser.add_argument("--user")
     parser.add_argument("--password-env", help="the variable holding the password (not argv: ps shows it)")
@@ -52,7 +52,8 @@ def main() -> int:
             )[0]
         )
         factory.set_permissions(permissions)
-    server.get_mount_points().add_factory(args.path, factory)
+    for path in args.path or ["/cam"]:
+        server.get_mount_points().add_factory(path, factory)
     if server.attach(None) == 0:
         print(f"cannot listen on 127.0.0.1:{args.port}", file=sys.stderr, flush=True)
         return 1
