@@ -7,7 +7,7 @@ Usage: python benchmarks/streams_bench.py [--step-seconds S] [--soak-minutes M] 
   (PyAV decode + BGR conversion FPS of the same clip, with the threads a stream's decoder uses, / 25)
   are both measured in this run; `rknnlaunch bench --streams`' ramp finds the streams sustained.
 - At twice that count: every stream's FPS (max/min) and p99 latency arrival -> result.
-- A stream from GStreamer's RTSP server (tests/streams/rtsp_server.py), the server stopped 10 s and
+- A stream from GStreamer's RTSP server (tests/streams/rtsp.py's `RtspServer`), the server stopped 10 s and
   started again: when that stream's results resume, and the other streams' FPS meanwhile.
 - A soak with 8 streams (``--soak-minutes``; the target is 30): VmRSS and /proc/self/fd sampled.
 
@@ -18,11 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,13 +30,11 @@ from typing import Any
 BENCHMARKS = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCHMARKS))
 
-from pool_bench import ROOT, SINGLE_CORE_MS, _setup, _sim  # noqa: E402  (the simulated NPU, one place)
+from pool_bench import SINGLE_CORE_MS, _setup, _sim  # noqa: E402  (the simulated NPU, one place)
 
 RATE = 25
 SIZE = (1280, 720)
 NPU_CORES = 3
-RTSP_SERVER = ROOT / "tests" / "streams" / "rtsp_server.py"
-SYSTEM_PYTHON = "/usr/bin/python3"  # python3-gi is built for Debian's Python, not the venv's
 
 
 def load() -> str:
@@ -158,55 +152,22 @@ def twice_part(detector: Any, clip: Any, count: int, step_seconds: float) -> Non
 # --- 3: an RTSP server stopped and started again --------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def start_rtsp(clip: Path, port: int) -> subprocess.Popen[str]:
-    server = subprocess.Popen(
-        [SYSTEM_PYTHON, str(RTSP_SERVER), "--port", str(port), "--path", "/cam", "--file", str(clip)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert server.stdout is not None
-    line = server.stdout.readline()  # "ready" once it listens (the script's contract)
-    if line.strip() != "ready":
-        server.kill()
-        raise SystemExit(f"the RTSP server did not start (said {line!r})")
-    return server
-
-
-def stop_rtsp(server: subprocess.Popen[str]) -> None:
-    server.send_signal(signal.SIGTERM)
-    try:
-        server.wait(5)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
-
-
 def rtsp_part(detector: Any, clip: Any, rtsp_clip: Path, others: int, outage: float = 10.0) -> None:
+    from streams.conftest import free_port
+    from streams.rtsp import PACKAGES, RtspServer, missing_gstreamer
+
     from rknnlaunch.streams import Source, StreamEvent, StreamResult, Watcher
 
-    if (
-        not RTSP_SERVER.exists()
-        or not Path(SYSTEM_PYTHON).exists()
-        or shutil.which("gst-inspect-1.0") is None
-    ):
-        print(
-            f"[3] SKIPPED: GStreamer's RTSP server helper ({RTSP_SERVER}) or Debian's python3-gi is missing"
-        )
+    why = missing_gstreamer()
+    if why is not None:
+        print(f"[3] NOT MEASURED: GStreamer's RTSP server is not usable ({why}): apt-get install {PACKAGES}")
         return
-    port = free_port()
-    url = f"rtsp://127.0.0.1:{port}/cam"
+    server = RtspServer(rtsp_clip, free_port())
+    url = server.url()
     sources = [Source(url, name="rtsp")] + [
         Source(str(clip.path), name=f"s{i + 1}", loop=True) for i in range(others)
     ]
-    server = start_rtsp(rtsp_clip, port)
+    server.start()
     arrivals: dict[str, list[float]] = {source.name or "": [] for source in sources}
     events: list[str] = []
     baseline = 12.0
@@ -222,13 +183,13 @@ def rtsp_part(detector: Any, clip: Any, rtsp_clip: Path, others: int, outage: fl
                 elif isinstance(item, StreamEvent) and item.stream == "rtsp":
                     events.append(f"{now - start:6.2f} s {item.event}: {item.reason[:90]}")
                 if stopped_at is None and now - start >= baseline:
-                    stop_rtsp(server)
+                    server.stop()
                     stopped_at = time.monotonic()
                 elif stopped_at is not None and restarted_at is None and now - stopped_at >= outage:
-                    server = start_rtsp(rtsp_clip, port)
+                    server.start()  # returns once it says it listens
                     restarted_at = time.monotonic()
     finally:
-        stop_rtsp(server)
+        server.stop()
     for line in events:
         print(f"  rtsp event at {line}")
     assert stopped_at is not None and restarted_at is not None
@@ -359,7 +320,7 @@ def main() -> None:
                 sustained, _ = sustained_part(detector, clip, args.step_seconds)
                 twice_part(detector, clip, max(2 * sustained, 2), args.step_seconds)
             if args.only in (None, "rtsp"):
-                rtsp_clip = make_clip(where, "rtsp-720p25.mp4", SIZE, 45).path
+                rtsp_clip = make_clip(where, "rtsp-720p25.mp4", SIZE, 20).path
                 rtsp_part(detector, clip, rtsp_clip, max(sustained - 1, 3))
             if args.only in (None, "soak"):
                 soak_clip = make_clip(where, "soak.mp4", (int(width), int(height)), 10)
