@@ -33,6 +33,8 @@ DEFAULT_MAX_STREAMS = 32
 MADE_CLIP_SECONDS = 10
 """The made clip's length: it loops, and each loop reopens the file (fewer, the longer it is)."""
 MAX_STREAMS = 256
+RETRIES = 1
+"""A count that falls short is measured this many more times before the ramp stops there."""
 BOUND_INTERVALS = 3
 """The default latency bound, in frame intervals at the rate: a result later than that means frames
 queue somewhere (each stream keeps only its newest frame, so at most one waits)."""
@@ -211,12 +213,16 @@ class StreamRamp:
 
     @property
     def sustained(self) -> int:
-        """The most streams a step sustained, counting up from the first step to the first that did not."""
+        """The most streams a step sustained, counting up from the first step to the first count
+        that fell short twice (a step that falls short once is measured again: `run_ramp`)."""
         best = 0
-        for step in self.steps:
-            if step.shortfall(self.rate, self.bound_ms) is not None:
+        for index, step in enumerate(self.steps):
+            if step.shortfall(self.rate, self.bound_ms) is None:
+                best = step.count
+                continue
+            retried = index + 1 < len(self.steps) and self.steps[index + 1].count == step.count
+            if not retried:
                 break
-            best = step.count
         return best
 
     @property
@@ -361,15 +367,23 @@ def run_ramp(
     warmup: float = DEFAULT_WARMUP_SECONDS,
     on_step: Callable[[StreamStep], None] | None = None,
 ) -> StreamRamp:
-    """Add streams one at a time (a fresh set each step, the detector kept open) until a step does
-    not sustain them or ``ramp.max_streams`` is reached; fills and returns ``ramp``."""
+    """Add streams one at a time (a fresh set each step, the detector kept open) until a count does
+    not sustain them twice in a row or ``ramp.max_streams`` is reached; fills and returns ``ramp``.
+
+    A step that falls short is measured once more before the ramp stops: on a shared machine one
+    neighbour's burst can put three late frames in a step's p99 (seen at a load of 30 on 2 CPUs:
+    p99 164 ms at 2 streams, then 63 ms at the same 2 streams); a count the hardware cannot
+    sustain falls short both times."""
     rate = None if ramp.rate >= ramp.video.fps else ramp.rate
     for count in range(1, ramp.max_streams + 1):
-        step = measure_step(detector, ramp.video, count, rate, step_seconds, warmup)
-        ramp.steps.append(step)
-        if on_step is not None:
-            on_step(step)
-        if step.shortfall(ramp.rate, ramp.bound_ms) is not None:
+        for _attempt in range(RETRIES + 1):
+            step = measure_step(detector, ramp.video, count, rate, step_seconds, warmup)
+            ramp.steps.append(step)
+            if on_step is not None:
+                on_step(step)
+            if step.shortfall(ramp.rate, ramp.bound_ms) is None:
+                break
+        else:
             break
     return ramp
 
@@ -400,7 +414,8 @@ class StreamBench:
             f"as a camera; each step adds a stream and runs {self.warmup:g} s + {self.step_seconds:g} s "
             f"(up to {self.max_streams} streams)",
             f"  a step sustains its streams when each gets >= {KEEP_FRACTION:.0%} of {self.rate:g} "
-            f"detections/s and p99 latency (frame arrival -> result) <= {self.bound_ms:.0f} ms",
+            f"detections/s and p99 latency (frame arrival -> result) <= {self.bound_ms:.0f} ms; a count "
+            "that falls short is measured once more",
         ]
 
     def run(self, on_step: Callable[[StreamStep], None] | None = None) -> StreamRamp:

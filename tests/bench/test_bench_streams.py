@@ -100,7 +100,8 @@ def test_a_step_past_the_bound_stops_the_ramp_and_says_why(run_sim: Run, tiny_cl
     )
     assert code == 0, text
     steps = [line for line in text.splitlines() if ": FPS per stream min" in line]
-    assert len(steps) == 1 and "not sustained (s1 p99" in steps[0] and "> 0 ms)" in steps[0]
+    # a count that falls short is measured once more before the ramp stops
+    assert len(steps) == 2 and all("not sustained (s1 p99" in line and "> 0 ms)" in line for line in steps)
     assert "this allocation sustains 0 streams of 160x90@25 (h264, 10 detections/s each" in text
     assert "even one stream falls short: try a lower --rate" in text
 
@@ -122,16 +123,19 @@ def test_the_figure_is_the_last_step_sustained_before_the_first_that_is_not() ->
     ramp.steps.append(step(3, [25.0, 23.7, 25.0], [50.0, 50.0, 50.0]))
     assert ramp.sustained == 2
     assert ramp.steps[2].shortfall(25.0, 120.0) == "s2 got 23.7 FPS < 95% of 25"
-    # a later step that passes again does not count: the ramp stops at the first shortfall
+    # a later count that passes does not count: the ramp stops at a count that fell short...
     ramp.steps.append(step(4, [25.0] * 4, [50.0] * 4))
     assert ramp.sustained == 2
+    # ...unless that count, measured again, held (a neighbour's burst, not the hardware's limit)
+    ramp.steps.insert(3, step(3, [25.0] * 3, [50.0] * 3))
+    assert ramp.sustained == 4
     assert step(1, [25.0], [121.0]).shortfall(25.0, 120.0) == "s1 p99 121 ms > 120 ms"
     assert step(1, [0.0], [None]).shortfall(0.0, 120.0) == "s1 no result > 120 ms"
     assert (
         step(1, [25.0], [10.0], ("s1 failed: gone",)).shortfall(25.0, 120.0)
         == "a stream stopped: s1 failed: gone"
     )
-    assert "sustains 2 streams of 1280x720@25" in ramp.figure()
+    assert "sustains 4 streams of 1280x720@25" in ramp.figure()
 
 
 def parse(*argv: str) -> argparse.Namespace:
