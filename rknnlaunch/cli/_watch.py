@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from .._errors import RknnLaunchError, UsageError
+from .._files import check_output
 from ..model import resolve_model
 from ..pipeline import Detector
 from ..runtime import BACKENDS, RknnLiteFactory
@@ -148,6 +149,7 @@ def execute(
     out = stream if stream is not None else sys.stdout
     err = errors if errors is not None else sys.stderr
     sources = sources_from(args)
+    check_output(args.out, "--out", example="detections.jsonl")
     credentials = read_credentials(credentials_file) if credentials_file else None
     model = resolve_model(args.model)
     policy = Policy(stall_timeout=args.stall_timeout, open_timeout=args.open_timeout)

@@ -56,12 +56,21 @@ class Policy:
 
 @dataclass
 class DecodedFrame:
-    """The newest decoded frame of a stream, waiting for a core."""
+    """The newest decoded frame of a stream, waiting for a core. ``picture`` is the decoder's
+    frame: converted to BGR only when a core takes it (`bgr`), so a dropped frame costs no
+    conversion."""
 
-    image: np.ndarray[Any, Any]
+    picture: Any
     index: int
     pts: float | None
     arrival: float
+
+    def bgr(self) -> np.ndarray[Any, Any]:
+        """The frame as a BGR uint8 H x W x 3 array (what the detector takes)."""
+        if isinstance(self.picture, np.ndarray):
+            return self.picture
+        image: np.ndarray[Any, Any] = self.picture.to_ndarray(format="bgr24")
+        return image
 
 
 @dataclass
@@ -73,6 +82,7 @@ class _Counters:
     reconnects: int = 0
     corrupt: int = 0
     decode_s: float = 0.0
+    convert_s: float = 0.0
     first_live: float | None = None
     latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCIES_KEPT))
 
@@ -99,6 +109,7 @@ class StreamReader:
         self._emit = emit
         self._wake = wake
         self._lock = threading.Lock()
+        self._taken = threading.Condition(self._lock)  # every_frame: the slot was emptied
         self._slot: DecodedFrame | None = None
         self._pending_dropped = 0
         self._counts = _Counters()
@@ -119,6 +130,8 @@ class StreamReader:
 
     def stop(self) -> None:
         self._stop.set()
+        with self._lock:
+            self._taken.notify_all()
 
     def join(self, timeout: float) -> None:
         if self._thread.is_alive():
@@ -142,7 +155,12 @@ class StreamReader:
         with self._lock:
             frame, dropped = self._slot, self._pending_dropped
             self._slot, self._pending_dropped = None, 0
+            self._taken.notify_all()
         return None if frame is None else (frame, dropped)
+
+    def record_conversion(self, seconds: float) -> None:
+        with self._lock:
+            self._counts.convert_s += seconds
 
     def record_result(self, latency_ms: float) -> None:
         with self._lock:
@@ -164,6 +182,7 @@ class StreamReader:
                 reconnects=counts.reconnects,
                 corrupt=counts.corrupt,
                 decode_ms=counts.decode_s * 1e3 / counts.decoded if counts.decoded else 0.0,
+                convert_ms=counts.convert_s * 1e3 / counts.detected if counts.detected else 0.0,
                 seconds=0.0 if counts.first_live is None else now - counts.first_live,
                 latencies_ms=tuple(counts.latencies_ms),
             )
@@ -210,6 +229,7 @@ class StreamReader:
                 self._set_state("connecting" if first else "reconnecting", reason)
             first, looping = False, False
             went_live = threading.Event()
+            decoded_before = self._counts.decoded
             try:
                 self._session(went_live)
             except SourceFailure as failure:
@@ -250,6 +270,13 @@ class StreamReader:
                 self._next_due = None
                 looping = True  # a loop is no reconnect and no state change
                 continue
+            if self._counts.decoded == decoded_before:
+                self._set_state(
+                    "failed",
+                    "no frame could be decoded (not a video or image, or its data is corrupt); "
+                    "fix: check the file: ffprobe FILE",
+                )
+                return
             self._set_state("ended", "end of file")
             return
 
@@ -377,7 +404,7 @@ class StreamReader:
     def _deliver(self, frame: Any, interval: float | None, decode_s: float) -> None:
         pts = frame.time
         pts_s = float(pts) if pts is not None else None
-        if self.source.realtime if self.source.realtime is not None else not self.source.is_live:
+        if self.source.paced:
             self._pace(pts_s)
         now = time.monotonic()
         with self._lock:
@@ -393,16 +420,14 @@ class StreamReader:
                 return
             # Evenly spaced on the stream's own clock; a jump (a loop, a gap) restarts the spacing.
             self._next_due = (moment if due is None or abs(moment - due) > interval * 2 else due) + interval
-        started = time.perf_counter()
-        image = frame.to_ndarray(format="bgr24")
-        spent = time.perf_counter() - started
         arrival = time.monotonic()
         with self._lock:
-            self._counts.decode_s += spent
+            if self.source.every_frame:  # wait for a core rather than drop
+                self._taken.wait_for(lambda: self._slot is None or self._stop.is_set())
             if self._slot is not None:
                 self._counts.dropped += 1
                 self._pending_dropped += 1
-            self._slot = DecodedFrame(image, index, pts_s, arrival)
+            self._slot = DecodedFrame(frame, index, pts_s, arrival)
         self._wake()
 
     def _pace(self, pts: float | None) -> None:

@@ -36,6 +36,8 @@ class StreamResult:
     timings: StageTimings
     context: str
     """The runtime context that ran it (``NPU rk3588 core 1 (mask 2)``, ``CPU ...``)."""
+    class_count: int | None = None
+    """How many classes the model's outputs carry (`rknnlaunch.DetectResult.class_count`)."""
     image: np.ndarray[Any, Any] | None = field(default=None, repr=False, compare=False)
     """The decoded BGR frame (what a live view draws the detections on)."""
 
@@ -98,7 +100,9 @@ class StreamStats:
     corrupt: int
     """Packets the decoder rejected."""
     decode_ms: float
-    """Mean decode (and colour conversion) time per decoded frame."""
+    """Mean decode time per decoded frame."""
+    convert_ms: float
+    """Mean conversion to BGR per detected frame (frames dropped are never converted)."""
     seconds: float
     """Since the stream was first live."""
     latencies_ms: tuple[float, ...] = field(repr=False, default=())
@@ -134,6 +138,7 @@ class StreamStats:
                 "p50_ms": None if p50 is None else round(p50, 1),
                 "p99_ms": None if p99 is None else round(p99, 1),
                 "decode_ms": round(self.decode_ms, 2),
+                "convert_ms": round(self.convert_ms, 2),
             },
         }
 

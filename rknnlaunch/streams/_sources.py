@@ -86,7 +86,9 @@ class Source:
     (default: from the URL). ``rate``: detections per second, evenly spaced (None: every frame the
     cores can take). ``loop``: a file starts again at its end instead of ending the stream.
     ``realtime``: a file is read at its own frame rate, as a camera delivers it (None: True for
-    files). The URL never appears in `repr` or output unmasked: use `shown`.
+    files, unless ``every_frame``). ``every_frame``: nothing is dropped: the decoder waits for a
+    core instead (processing a file offline; a live source then falls behind).
+    The URL never appears in `repr` or output unmasked: use `shown`.
     """
 
     url: str = field(repr=False)
@@ -94,6 +96,7 @@ class Source:
     rate: float | None = None
     loop: bool = False
     realtime: bool | None = None
+    every_frame: bool = False
 
     def __post_init__(self) -> None:
         if not self.url.strip():
@@ -119,8 +122,18 @@ class Source:
     def is_live(self) -> bool:
         return self.kind != "file"
 
+    @property
+    def paced(self) -> bool:
+        """Frames are delivered at the stream's own rate (a file read as a camera would send it)."""
+        if self.realtime is not None:
+            return self.realtime
+        return not self.is_live and not self.every_frame
+
     def __repr__(self) -> str:
-        return f"Source({self.shown!r}, name={self.name!r}, rate={self.rate!r}, loop={self.loop!r})"
+        return (
+            f"Source({self.shown!r}, name={self.name!r}, rate={self.rate!r}, loop={self.loop!r}, "
+            f"every_frame={self.every_frame!r})"
+        )
 
 
 def check_rate(rate: float, subject: str) -> None:

@@ -257,13 +257,27 @@ class Watcher:
     def _submit(
         self, position: int, sequence: int, reader: StreamReader, frame: DecodedFrame, dropped: int
     ) -> None:
+        # Converted here, once a core is free for it: the frames replaced in the slot never are.
+        started = time.perf_counter()
         try:
-            future = self._detector.submit(frame.image, frame.index, dropped)
+            image = frame.bgr()
+        except Exception as exc:  # one frame the converter refuses: that frame is skipped, no more
+            log.warning(
+                "stream %s: frame %d not converted to BGR (skipped): %s", reader.name, frame.index, exc
+            )
+            self._deliver(position, sequence, None)
+            self._release(position)
+            return
+        reader.record_conversion(time.perf_counter() - started)
+        try:
+            future = self._detector.submit(image, frame.index, dropped)
         except BaseException:
             self._deliver(position, sequence, None)
             self._release(position)
             raise
-        future.add_done_callback(lambda done: self._finish(position, sequence, reader, frame, dropped, done))
+        future.add_done_callback(
+            lambda done: self._finish(position, sequence, reader, frame, image, dropped, done)
+        )
 
     def _deliver(self, position: int, sequence: int, item: Any) -> None:
         # Out in submission order per stream (None: a frame that yields nothing).
@@ -281,6 +295,7 @@ class Watcher:
         sequence: int,
         reader: StreamReader,
         frame: DecodedFrame,
+        bgr: np.ndarray[Any, Any],
         dropped: int,
         done: Future[DetectResult],
     ) -> None:
@@ -293,7 +308,7 @@ class Watcher:
             detected = done.result()
             latency_ms = (time.monotonic() - frame.arrival) * 1e3
             reader.record_result(latency_ms)
-            image: np.ndarray[Any, Any] | None = frame.image if self._keep_images else None
+            image: np.ndarray[Any, Any] | None = bgr if self._keep_images else None
             item = StreamResult(
                 stream=reader.name,
                 frame=frame.index,
@@ -304,6 +319,7 @@ class Watcher:
                 detections=detected.detections,
                 timings=detected.timings,
                 context=detected.context,
+                class_count=detected.class_count,
                 image=image,
             )
         finally:

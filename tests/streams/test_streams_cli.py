@@ -88,7 +88,8 @@ def test_every_source_failed_exits_1(npu: Npu, tmp_path: Path) -> None:
         (["--duration", "0"], "--duration 0.0 is no time"),
         (["--stall-timeout", "-2"], "--stall-timeout -2.0 is no time"),
         (["--name", "a", "--name", "b"], "2 --name for 1 source(s)"),
-        (["--out", "/proc/no/such/folder/x.jsonl"], "cannot write --out /proc/no/such/folder/x.jsonl"),
+        (["--out", "/proc/no/such/folder/x.jsonl"], "--out /proc/no/such/folder/x.jsonl: the folder"),
+        (["--out", "/"], "--out / is a folder"),
         (["--credentials-file", "/no/such/netrc"], "credentials file /no/such/netrc does not exist"),
     ],
 )

@@ -261,3 +261,27 @@ def test_observers_see_every_item_and_a_broken_one_is_logged_once(
     assert kinds["StreamEvent"] == 3 and kinds["StreamResult"] == stats[name].detected
     assert Broken.calls == stats[name].detected
     assert len([r for r in caplog.records if "observer" in r.getMessage()]) == 1
+
+
+def test_every_frame_waits_for_a_core_instead_of_dropping(
+    clip: ClipMaker, detector_factory: DetectorFactory
+) -> None:
+    source = clip("h264", (320, 180), frames=25)
+    with Watcher(
+        [Source(str(source), every_frame=True)], detector_factory(20.0, cores=[0]), in_flight=1
+    ) as watcher:
+        results, _ = collect(watcher)
+        figures = watcher.stats()[source.stem]
+    assert [r.frame for r in results] == list(range(25))
+    assert figures.detected == figures.decoded == 25 and figures.dropped == 0
+
+
+def test_a_rate_above_the_source_s_says_so_and_detects_every_frame(
+    clip: ClipMaker, detector_factory: DetectorFactory
+) -> None:
+    source = clip("h264", (320, 180), frames=10)
+    with Watcher([Source(str(source), rate=60, every_frame=True)], detector_factory()) as watcher:
+        results, events = collect(watcher)
+    live = next(e for e in events if e.event == "live")
+    assert "rate 60 is more than the source's 25 fps: every frame is detected" in live.reason
+    assert len(results) == 10
