@@ -116,8 +116,8 @@ def sustained_part(detector: Any, clip: Any, step_seconds: float) -> tuple[int, 
     print(ramp.figure())
     print(
         f"[1] bounds: NPU {npu_bound:.2f} streams (3 x {1000 / SINGLE_CORE_MS:.1f} FPS / {RATE}); decode "
-        f"{decode_bound:.2f} streams with BGR conversion (a stream's reader converts every frame it "
-        f"keeps), {decode_only:.2f} decode only"
+        f"{decode_bound:.2f} streams with BGR conversion (a stream's reader converts every frame a "
+        f"core takes), {decode_only:.2f} decode only"
     )
     ratio = sustained / bound if bound else 0.0
     print(
