@@ -268,25 +268,31 @@ class StreamRamp:
         }
 
     def plot(self, path: str) -> None:
-        """Per-stream FPS (each stream a dot, min-max band) and worst p50/p99 latency per step, with
-        the rate and the bound drawn; ``path``'s extension picks the format."""
+        """Per-stream FPS (each stream a dot, min-max band) and worst p50/p99 latency per stream
+        count, with the rate and the bound drawn (a repeated measurement faded); ``path``'s
+        extension picks the format."""
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        counts = [step.count for step in self.steps]
+        # Lines and the band follow each count's last measurement (the one that decided it); a
+        # measurement that was repeated shows as faded dots.
+        last = {step.count: step for step in self.steps}
+        decided = list(last.values())
+        counts = [step.count for step in decided]
         fig, (fps_axes, latency_axes) = plt.subplots(1, 2, figsize=(12, 4.5))
         for step in self.steps:
+            faded = last[step.count] is not step
             fps_axes.scatter(
-                [step.count] * len(step.streams), [s.fps for s in step.streams], s=12, color="tab:blue"
+                [step.count] * len(step.streams),
+                [s.fps for s in step.streams],
+                s=12,
+                color="tab:blue",
+                alpha=0.25 if faded else 1.0,
             )
         fps_axes.fill_between(
-            counts,
-            [s.min_fps for s in self.steps],
-            [s.max_fps for s in self.steps],
-            alpha=0.2,
-            color="tab:blue",
+            counts, [s.min_fps for s in decided], [s.max_fps for s in decided], alpha=0.2, color="tab:blue"
         )
         fps_axes.axhline(self.rate, color="tab:green", linestyle="--", label=f"rate {self.rate:g}/s")
         fps_axes.axhline(
@@ -296,10 +302,13 @@ class StreamRamp:
         fps_axes.set_ylabel("detections/s per stream")
         fps_axes.set_title("FPS of each stream")
         fps_axes.legend(loc="lower left")
-        p50 = [max((s.p50_ms or 0.0) for s in step.streams) for step in self.steps]
-        p99 = [step.worst_p99_ms or 0.0 for step in self.steps]
+        p50 = [max((s.p50_ms or 0.0) for s in step.streams) for step in decided]
+        p99 = [step.worst_p99_ms or 0.0 for step in decided]
         latency_axes.plot(counts, p50, marker="o", label="worst p50")
         latency_axes.plot(counts, p99, marker="o", label="worst p99")
+        for step in self.steps:
+            if last[step.count] is not step and step.worst_p99_ms is not None:
+                latency_axes.scatter([step.count], [step.worst_p99_ms], color="tab:orange", alpha=0.3)
         latency_axes.axhline(
             self.bound_ms, color="tab:red", linestyle="--", label=f"bound {self.bound_ms:.0f} ms"
         )
