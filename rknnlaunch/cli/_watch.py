@@ -23,9 +23,7 @@ from ..streams import (
     CREDENTIALS_ENV,
     Policy,
     Source,
-    StreamEvent,
     StreamObserver,
-    StreamResult,
     Watcher,
     check_rate,
     read_credentials,
@@ -220,6 +218,3 @@ def _log_lines(err: TextIO) -> Any:
         logger.removeHandler(handler)
         logger.setLevel(previous)
         logger.propagate = True
-
-
-__all__ = ["StreamEvent", "StreamResult", "configure", "execute", "open_observers", "run"]

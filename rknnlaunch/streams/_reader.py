@@ -311,7 +311,9 @@ class StreamReader:
                 self._said_decoder = True
                 log.info("stream %s: %s", self.name, why)
             fps = float(stream.average_rate or stream.guessed_rate or 0)
-            live_reason = f"{context.width}x{context.height} {codec}" + (f" {fps:g} fps" if fps else "")
+            live_reason = f"{stream.codec_context.width}x{stream.codec_context.height} {codec}" + (
+                f" {fps:g} fps" if fps else ""
+            )
             live_reason += f", {why}"
             rate = self.source.rate
             if rate is not None and fps and rate > fps:

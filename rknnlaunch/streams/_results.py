@@ -101,12 +101,12 @@ class StreamStats:
     """Packets the decoder rejected."""
     decode_ms: float
     """Mean decode time per decoded frame."""
-    convert_ms: float
-    """Mean conversion to BGR per detected frame (frames dropped are never converted)."""
     seconds: float
     """Since the stream was first live."""
     latencies_ms: tuple[float, ...] = field(repr=False, default=())
     """The most recent latencies (up to 4096), for percentiles and histograms."""
+    convert_ms: float = 0.0
+    """Mean conversion to BGR per detected frame (frames dropped are never converted)."""
 
     @property
     def fps(self) -> float:

@@ -285,3 +285,47 @@ def test_a_rate_above_the_source_s_says_so_and_detects_every_frame(
     live = next(e for e in events if e.event == "live")
     assert "rate 60 is more than the source's 25 fps: every frame is detected" in live.reason
     assert len(results) == 10
+
+
+@pytest.fixture
+def udp_sender(clip: ClipMaker) -> Iterator[str]:
+    """A real MPEG-TS over UDP stream to 127.0.0.1 (PyAV muxing the clip at its own rate, looped)."""
+    import time
+
+    import av
+
+    source = clip("h264", (320, 180), frames=50)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    stop = threading.Event()
+
+    def send() -> None:
+        while not stop.is_set():
+            with (
+                av.open(str(source)) as src,
+                av.open(f"udp://127.0.0.1:{port}?pkt_size=1316", "w", format="mpegts") as out,
+            ):
+                video = src.streams.video[0]
+                sent = out.add_stream_from_template(video)
+                started = time.monotonic()
+                for packet in src.demux(video):
+                    if packet.dts is None or stop.is_set():
+                        continue
+                    stop.wait(max(0.0, started + float(packet.pts * video.time_base) - time.monotonic()))
+                    packet.stream = sent
+                    out.mux(packet)
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    yield f"udp://127.0.0.1:{port}"
+    stop.set()
+    thread.join(timeout=10)
+
+
+def test_an_mpeg_ts_stream_over_udp(udp_sender: str, detector_factory: DetectorFactory) -> None:
+    with Watcher([Source(udp_sender, name="udp")], detector_factory()) as watcher:
+        results, events = collect(watcher, duration=3.0)
+        figures = watcher.stats()["udp"]
+    assert states(events, "udp") == ["connecting", "live"]
+    assert figures.decoded >= 25 and len(results) >= 10 and figures.state == "live"
