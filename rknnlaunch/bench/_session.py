@@ -8,6 +8,7 @@ import importlib.util
 import os
 import platform
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,8 @@ from ._cases import BenchCase, plan_cases
 from ._engine import Progress, run_cases
 from ._opener import PlanOpener
 from ._report import BenchReport
+from ._streams import DEFAULT_MAX_STREAMS, DEFAULT_STEP_SECONDS, StreamBench, check_ramp_options
+from ._video import VideoInfo, probe_video
 
 CPU_DEFAULTS = (3, 20)
 """(warm-up, iterations) on the CPU: the README's first command must finish quickly on 2 cores."""
@@ -51,6 +54,13 @@ class BenchOptions:
     pad: int | None = None
     json: str | None = None
     plot: str | None = None
+    streams: bool = False
+    """`bench --streams`: how many streams of one video the allocation sustains (`prepare_streams`)."""
+    video: str | None = None
+    rate: float | None = None
+    latency_bound_ms: float | None = None
+    step_seconds: float | None = None
+    max_streams: int | None = None
 
 
 def synthetic_frame(width: int = 1280, height: int = 720) -> npt.NDArray[np.uint8]:
@@ -195,6 +205,9 @@ class Bench:
 def prepare(options: BenchOptions, settings: NpuSettings, rknnlite: RknnLiteFactory | None = None) -> Bench:
     """Check every option, plan the backend and the cases; opens nothing (a bad flag fails here, in
     seconds, not after minutes of benchmarking)."""
+    for name, flag in STREAM_ONLY.items():
+        if getattr(options, name) is not None:
+            raise UsageError(f"{flag} is an option of bench --streams", f"add --streams, or drop {flag}")
     _at_least(options.threads, 1, "--threads")  # a bad value is an error on every backend, not only the pool
     _at_least(options.warmup, 0, "--warmup", minimum=0)
     _at_least(options.iterations, 1, "-n")
@@ -239,6 +252,66 @@ def prepare(options: BenchOptions, settings: NpuSettings, rknnlite: RknnLiteFact
         read_governors(target.host, target.info) if target is not None else None,
         published_figure(the_plan.model.name, target.info.soc.name) if target is not None else None,
     )
+
+
+STREAM_ONLY = {
+    "video": "--video",
+    "rate": "--rate",
+    "latency_bound_ms": "--latency-bound",
+    "step_seconds": "--step-seconds",
+    "max_streams": "--max-streams",
+}
+"""Options that mean something only with ``--streams``."""
+FRAME_ONLY = {"image": "--image", "iterations": "-n", "warmup": "--warmup", "threads": "--threads"}
+"""Options of the per-frame bench that ``--streams`` does not use."""
+MADE_CLIP = VideoInfo(Path("panned-photo-1280x720.mp4"), 1280, 720, 25.0, "h264", made=True)
+"""The clip `bench --streams` makes when no ``--video`` is given (H.264 720p25, 10 s)."""
+
+
+def prepare_streams(
+    options: BenchOptions, settings: NpuSettings, rknnlite: RknnLiteFactory | None = None
+) -> StreamBench:
+    """`bench --streams`: every option and the video checked, the backend planned; opens nothing."""
+    for name, flag in FRAME_ONLY.items():
+        if getattr(options, name) is not None:
+            raise UsageError(
+                f"{flag} is for the per-frame bench, not --streams",
+                "drop it (--streams plays --video, or a clip it makes, and measures whole streams)",
+            )
+    _check_outputs(options.json, options.plot)
+    if options.model is not None:
+        require_file(
+            options.model, "model file", "pass the path of an existing .rknn or .onnx file", UsageError
+        )
+    video = probe_video(options.video) if options.video is not None else _check_clip_tools()
+    step_seconds = DEFAULT_STEP_SECONDS if options.step_seconds is None else options.step_seconds
+    max_streams = DEFAULT_MAX_STREAMS if options.max_streams is None else options.max_streams
+    rate, bound = check_ramp_options(video, options.rate, options.latency_bound_ms, step_seconds, max_streams)
+    model = resolve_model(options.model)
+    if options.all_cores:
+        settings = settings.model_copy(update={"core_mask": None, "cores": None})
+    the_plan = plan(model, None, options.backend, settings, "per-core")
+    pipeline = ModelPipeline.for_model(the_plan.model, options.pad, options.conf, options.iou)
+    target = the_plan.target if the_plan.backend == "npu" else None
+    if target is not None:
+        cores = format_cores(target.allocation.cores)
+        label = f"NPU {target.info.soc.name} cores {cores} ({target.allocation.source})"
+    else:
+        label = f"CPU (onnxruntime): {the_plan.cpu_reason}"
+    return StreamBench(
+        the_plan, settings, pipeline, rknnlite, video, rate, bound, step_seconds, max_streams, label
+    )
+
+
+def _check_clip_tools() -> VideoInfo:
+    """The made clip's description, once PyAV and what makes the clip are known to be installed."""
+    missing = [name for name in ("av", "cv2", "matplotlib") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UsageError(
+            f"bench --streams makes its clip with PyAV, OpenCV and matplotlib; missing: {', '.join(missing)}",
+            "pip install 'rknnlaunch[video,vision,bench]', or pass --video FILE",
+        )
+    return MADE_CLIP
 
 
 def _check_outputs(json_path: str | None, plot_path: str | None) -> None:

@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .._errors import UsageError
-from ..bench import CPU_DEFAULTS, NPU_DEFAULTS, TABLE_HEADER, BenchOptions, BenchReport, prepare
+from ..bench import (
+    CPU_DEFAULTS,
+    NPU_DEFAULTS,
+    TABLE_HEADER,
+    BenchOptions,
+    BenchReport,
+    prepare,
+    prepare_streams,
+)
 from ..runtime import BACKENDS, RknnLiteFactory
 from ..settings import NpuSettings, load_settings
 
@@ -66,6 +74,36 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="write a latency/throughput plot (.png, .svg, .pdf, ...; checked before the run)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    streams = parser.add_argument_group(
+        "streams",
+        "--streams: how many camera streams this allocation sustains. Streams of one video (looped, "
+        "paced at its frame rate) are added one at a time until one falls below its rate or its p99 "
+        "latency (frame arrival -> result) passes a bound (docs/bench.md#streams).",
+    )
+    streams.add_argument(
+        "--streams", action="store_true", help="run the streams ramp instead of per-frame cases"
+    )
+    streams.add_argument(
+        "--video",
+        metavar="FILE",
+        help="the video every stream plays (default: an H.264 1280x720@25 clip made from a photo)",
+    )
+    streams.add_argument(
+        "--rate",
+        type=float,
+        metavar="FPS",
+        help="detections a second each stream needs (default: the video's FPS)",
+    )
+    streams.add_argument(
+        "--latency-bound",
+        type=float,
+        metavar="MS",
+        help="largest p99 latency, frame arrival -> result (default: 3 frame intervals at --rate)",
+    )
+    streams.add_argument(
+        "--step-seconds", type=float, metavar="S", help="measured seconds per step, after 2 s of warm-up (10)"
+    )
+    streams.add_argument("--max-streams", type=int, metavar="N", help="stop adding streams at N (32)")
     parser.set_defaults(handler=run)
 
 
@@ -90,6 +128,12 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         pad=args.pad,
         json=args.json,
         plot=args.plot,
+        streams=args.streams,
+        video=args.video,
+        rate=args.rate,
+        latency_bound_ms=args.latency_bound,
+        step_seconds=args.step_seconds,
+        max_streams=args.max_streams,
     )
 
 
@@ -101,6 +145,8 @@ def execute(
 ) -> int:
     """The bench command with its dependencies passed in (tests inject settings and a fake RKNNLite)."""
     out = stream if stream is not None else sys.stdout
+    if args.streams:
+        return _execute_streams(args, settings, rknnlite, out)
     bench = prepare(options_from_args(args), settings, rknnlite)
     print("\n".join(bench.heading()), file=out, flush=True)
     bar = _ProgressBar(
@@ -118,6 +164,24 @@ def execute(
         _write(args.plot, report.plot)  # check_output made sure this exact path is what gets written
         print(f"wrote {args.plot} (latency per frame and FPS, per case)", file=out)
     return report.exit_code
+
+
+def _execute_streams(
+    args: argparse.Namespace, settings: NpuSettings, rknnlite: RknnLiteFactory | None, out: TextIO
+) -> int:
+    """`bench --streams`: each step's line as it ends, then the figure, the JSON and the plot."""
+    bench = prepare_streams(options_from_args(args), settings, rknnlite)
+    print("\n".join(bench.heading()), file=out, flush=True)
+    ramp = bench.run(lambda step: print("  " + step.line(bench.rate, bench.bound_ms), file=out, flush=True))
+    print(ramp.figure(), file=out)
+    if args.json:
+        document = json.dumps(ramp.to_json(), indent=1) + "\n"
+        _write(args.json, lambda path: Path(path).write_text(document))
+        print(f"wrote {args.json}", file=out)
+    if args.plot:
+        _write(args.plot, ramp.plot)
+        print(f"wrote {args.plot} (per-stream FPS and latency, per step)", file=out)
+    return 0
 
 
 class _ProgressBar:
