@@ -279,15 +279,11 @@ def prepare_streams(
                 "drop it (--streams plays --video, or a clip it makes, and measures whole streams)",
             )
     _check_outputs(options.json, options.plot)
-    if options.model is not None:
-        require_file(
-            options.model, "model file", "pass the path of an existing .rknn or .onnx file", UsageError
-        )
+    model = resolve_model(options.model, "--model")  # the one input rule, before the video is probed
     video = probe_video(options.video) if options.video is not None else _check_clip_tools()
     step_seconds = DEFAULT_STEP_SECONDS if options.step_seconds is None else options.step_seconds
     max_streams = DEFAULT_MAX_STREAMS if options.max_streams is None else options.max_streams
     rate, bound = check_ramp_options(video, options.rate, options.latency_bound_ms, step_seconds, max_streams)
-    model = resolve_model(options.model)
     if options.all_cores:
         settings = settings.model_copy(update={"core_mask": None, "cores": None})
     the_plan = plan(model, None, options.backend, settings, "per-core")
