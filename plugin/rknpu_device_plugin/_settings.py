@@ -17,10 +17,9 @@ from rknpu_serverkit import (
     LOG_LEVELS,
     LogFormat,
     LogLevel,
-    UsageParser,
-    add_setting_flags,
     server_settings_config,
     settings_from_flags,
+    settings_parser,
 )
 
 from ._env import ENV_PREFIX
@@ -169,16 +168,15 @@ _FLAG_CHOICES: dict[str, list[str]] = {
 
 def build_parser() -> argparse.ArgumentParser:
     """Flags mirror the settings fields; unset flags fall back to RKNPU_PLUGIN_* and then defaults."""
-    parser = UsageParser(
-        prog="rknpu-device-plugin",
-        description="Kubernetes device plugin offering Rockchip NPU cores as an extended resource "
-        "(default rockchip.com/npu). Every flag can also be set as RKNPU_PLUGIN_<FLAG> (upper case, "
-        "dashes as underscores); flags win.",
-        argument_default=argparse.SUPPRESS,
+    return settings_parser(
+        PluginSettings,
+        "rknpu-device-plugin",
+        "Kubernetes device plugin offering Rockchip NPU cores as an extended resource "
+        "(default rockchip.com/npu).",
+        ENV_PREFIX,
+        _FLAG_TYPES,
+        _FLAG_CHOICES,
     )
-    add_setting_flags(parser, PluginSettings, ENV_PREFIX, _FLAG_TYPES, _FLAG_CHOICES)
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
-    return parser
 
 
 def settings_from(args: argparse.Namespace) -> PluginSettings:

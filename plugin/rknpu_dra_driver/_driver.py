@@ -89,41 +89,19 @@ class Driver:
         return lock
 
     def _serve(self, stop: threading.Event | None) -> None:
-        from rknpu_node import NullEvents, node_resources
-
         from ._metrics import DraMetrics
-        from .claims import ClaimStore, boot_id
-        from .kubelet import HealthBoard, KubeletServers
-        from .slices import SlicePublisher, node_facts
 
-        settings, api = self.settings, self.api
+        settings = self.settings
         metrics = DraMetrics(_metrics_registry(settings.metrics_address))
-        resources = node_resources(settings, NullEvents())
-        resources.when_missing = "publishing no devices and re-scanning for a late driver load"
-        resources.scan()
-        plugin_dir = settings.resolved_plugin_dir
-        facts = node_facts(self.host, settings.host_librknnrt, vpu=settings.vpu)
-        if settings.vpu:
-            _log_video(facts, settings.host_root)
-        store = ClaimStore(
-            api, resources, settings.driver_name, settings.node_name, plugin_dir, settings.cdi_dir,
-            boot_id=boot_id(self.host), metrics=metrics, facts=facts, max_shares=settings.max_shares,
-        )  # fmt: skip
-        store.load()
-        publisher = SlicePublisher(
-            api, resources, settings.node_name, settings.driver_name, facts,
-            layout=settings.slice_layout, metrics=metrics, max_shares=settings.max_shares,
-        )  # fmt: skip
-        api.on_ready = publisher.wake
-        if api.ready:
-            publisher.wake()
+        resources, store, publisher = self._claims_and_slices(metrics)
+        from .kubelet import HealthBoard, KubeletServers
+
         board = HealthBoard(resources, settings.node_name)
-        metrics.watch(store.count)
         # The board hands the gauges the health it has: a callback reading resources.state under
         # the ResourceManager's lock would deadlock the health loop and every prepare.
         board.notify(metrics.collect_health)
         servers = KubeletServers(
-            store, board, settings.driver_name, plugin_dir, settings.registration_dir,
+            store, board, settings.driver_name, settings.resolved_plugin_dir, settings.registration_dir,
             settings.instance_id, settings.inotify,
         )  # fmt: skip
         servers.start()
@@ -132,15 +110,43 @@ class Driver:
             self._run_actors(stop, store, publisher, servers, resources)
         finally:
             _log.info("stopping")
-            if (
-                settings.delete_slices_on_stop
-                and self.api_built.done()
-                and self.api_built.exception() is None
-            ):
+            built = self.api_built.done() and self.api_built.exception() is None
+            if settings.delete_slices_on_stop and built:
                 publisher.delete_all()
             store.close()
             if metrics_server is not None:
                 metrics_server.stop()
+
+    def _claims_and_slices(self, metrics: DraMetrics) -> tuple[ResourceManager, ClaimStore, SlicePublisher]:
+        """The node's NPU scanned, the claim store loaded from its checkpoint, the slice publisher
+        (woken once the API client is ready)."""
+        from rknpu_node import NullEvents, node_resources
+
+        from .claims import ClaimStore, boot_id
+        from .slices import SlicePublisher, node_facts
+
+        settings, api = self.settings, self.api
+        resources = node_resources(settings, NullEvents())
+        resources.when_missing = "publishing no devices and re-scanning for a late driver load"
+        resources.scan()
+        facts = node_facts(self.host, settings.host_librknnrt, vpu=settings.vpu)
+        if settings.vpu:
+            _log_video(facts, settings.host_root)
+        store = ClaimStore(
+            api, resources, settings.driver_name, settings.node_name, settings.resolved_plugin_dir,
+            settings.cdi_dir, boot_id=boot_id(self.host), metrics=metrics, facts=facts,
+            max_shares=settings.max_shares,
+        )  # fmt: skip
+        store.load()
+        metrics.watch(store.count)
+        publisher = SlicePublisher(
+            api, resources, settings.node_name, settings.driver_name, facts,
+            layout=settings.slice_layout, metrics=metrics, max_shares=settings.max_shares,
+        )  # fmt: skip
+        api.on_ready = publisher.wake
+        if api.ready:
+            publisher.wake()
+        return resources, store, publisher
 
     def _metrics_server(
         self, metrics: DraMetrics, servers: KubeletServers, publisher: SlicePublisher

@@ -19,10 +19,9 @@ from rknpu_serverkit import (
     LOG_LEVELS,
     LogFormat,
     LogLevel,
-    UsageParser,
-    add_setting_flags,
     server_settings_config,
     settings_from_flags,
+    settings_parser,
 )
 
 ENV_PREFIX = "RKNPU_DRA_"
@@ -192,16 +191,15 @@ _FLAG_CHOICES: dict[str, list[str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = UsageParser(
-        prog=PROG,
-        description="Kubernetes DRA driver publishing Rockchip NPU cores as resource.k8s.io/v1 devices "
-        f"(driver {DEFAULT_DRIVER_NAME}). Every flag can also be set as {ENV_PREFIX}<FLAG> (upper case, "
-        "dashes as underscores); flags win.",
-        argument_default=argparse.SUPPRESS,
+    return settings_parser(
+        DraSettings,
+        PROG,
+        "Kubernetes DRA driver publishing Rockchip NPU cores as resource.k8s.io/v1 devices "
+        f"(driver {DEFAULT_DRIVER_NAME}).",
+        ENV_PREFIX,
+        _FLAG_TYPES,
+        _FLAG_CHOICES,
     )
-    add_setting_flags(parser, DraSettings, ENV_PREFIX, _FLAG_TYPES, _FLAG_CHOICES)
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
-    return parser
 
 
 def settings_from(args: argparse.Namespace) -> DraSettings:

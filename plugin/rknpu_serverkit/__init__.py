@@ -63,6 +63,7 @@ from ._flags import (
     server_settings_config,
     settings_error,
     settings_from_flags,
+    settings_parser,
     split_device_list,
 )
 from ._group import ActorDied, ActorGroup, closing_actor
@@ -163,6 +164,7 @@ __all__ = [
     "run_main",
     "settings_error",
     "settings_from_flags",
+    "settings_parser",
     "split_device_list",
     "setup_logging",
     "stop_on_signals",

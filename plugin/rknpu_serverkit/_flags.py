@@ -122,6 +122,29 @@ def server_settings_config(env_prefix: str) -> Any:
     return SettingsConfigDict(env_prefix=env_prefix, extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+def settings_parser(
+    model: type[BaseModel],
+    prog: str,
+    description: str,
+    env_prefix: str,
+    flag_types: Mapping[str, Any],
+    flag_choices: Mapping[str, list[str]],
+) -> argparse.ArgumentParser:
+    """A server program's parser: one flag per field of ``model`` (`add_setting_flags`) and
+    ``--version``; unset flags fall back to their ``env_prefix`` twins, then the defaults."""
+    from rknnlaunch import UsageParser
+
+    parser = UsageParser(
+        prog=prog,
+        description=f"{description} Every flag can also be set as {env_prefix}<FLAG> (upper case, "
+        "dashes as underscores); flags win.",
+        argument_default=argparse.SUPPRESS,
+    )
+    add_setting_flags(parser, model, env_prefix, dict(flag_types), dict(flag_choices))
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    return parser
+
+
 def settings_from_flags(model: type[_M], args: argparse.Namespace, env_prefix: str, prog: str) -> _M:
     """``model`` built from the flags given (a pydantic-settings model reads the rest from its
     environment variables); `SettingsError` naming the flag and its variable when a value is bad."""
