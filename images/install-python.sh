@@ -7,7 +7,7 @@
 # venv, or CI's fresh venv).
 #
 # usage: install-python.sh runtime|plugin|plugin-probe|dra-driver SOURCE_DIR
-#   runtime       rknnlaunch with the npu + vision extras (the workload base image)
+#   runtime       rknnlaunch with the npu + vision + video extras (the workload base image)
 #   plugin        rknnlaunch with the plugin extra only (the device plugin DaemonSet image)
 #   plugin-probe  the plugin extra + npu (rknn-toolkit-lite2) for the plugin's functional probe
 #   dra-driver    the DRA driver's image: rknnlaunch's requirements except numpy (the driver never
@@ -24,7 +24,7 @@ image=$1
 src=$2
 
 case "$image" in
-  runtime) extras=npu,vision ;;
+  runtime) extras=npu,vision,video ;;
   plugin) extras=plugin ;;
   plugin-probe) extras=plugin,npu ;;
   dra-driver) extras=dra ;;

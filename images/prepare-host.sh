@@ -34,8 +34,10 @@ lock=${RKNNLAUNCH_HOST_LOCK:-/run/lock/rknnlaunch-prepare-host.lock}
 # runc, busybox-static: tests/plugin/test_plugin_runc.py; qemu-user-static, debootstrap: the arm64
 # roots; podman, buildah, gcc-aarch64-linux-gnu, binutils: the images (the cross compiler builds
 # the simulated librknnrt stand-in); python3-venv: .ci/run's venvs (Debian's python3 has no venv
-# module without it).
-packages=(runc busybox-static qemu-user-static debootstrap podman buildah gcc-aarch64-linux-gnu binutils python3-venv)
+# module without it); gstreamer1.0-rtsp, gir1.2-gst-rtsp-server-1.0, python3-gi and the plugin sets:
+# the RTSP server tests/streams/rtsp_server.py runs with Debian's python3; chromium: the headless
+# browser that screenshots `watch --view` (tests/streams/test_streams_view.py).
+packages=(runc busybox-static qemu-user-static debootstrap podman buildah gcc-aarch64-linux-gnu binutils python3-venv gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 python3-gi gstreamer1.0-plugins-good gstreamer1.0-plugins-bad chromium)
 
 parts=("$@")
 [ "${#parts[@]}" -gt 0 ] || parts=(packages binfmt containers)

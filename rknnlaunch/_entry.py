@@ -73,6 +73,7 @@ EXTRA_FOR_MODULE: dict[str, str] = {
     "prometheus_client": "plugin",
     "kubernetes": "dra",
     "rknnlite": "npu",
+    "av": "video",
 }
 OUR_PACKAGES = ("rknnlaunch", "rknpu_device_plugin", "rknpu_dra_driver", "rknpu_serverkit")
 

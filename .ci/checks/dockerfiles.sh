@@ -87,7 +87,7 @@ echo "== resolve the images' pins for linux/arm64 (cp311 wheels only)"
   || { cat "$work/wheel.log" >&2; fail "cannot build the rknnlaunch wheel"; }
 wheel=$(ls "$work"/wheel/rknnlaunch-*.whl)
 lite_pin=$(grep -E '^rknn-toolkit-lite2==' images/constraints.txt) || fail "images/constraints.txt pins no rknn-toolkit-lite2"
-for set in "npu,vision" "plugin" "plugin,npu"; do
+for set in "npu,vision,video" "plugin" "plugin,npu"; do
   extra_req=()
   [ "$set" != "plugin" ] && extra_req=("$lite_pin")
   "$rt/python" -m pip install -q --dry-run --ignore-installed --disable-pip-version-check \
@@ -101,7 +101,7 @@ for set in "npu,vision" "plugin" "plugin,npu"; do
 import json, sys
 report, extras = json.load(open(sys.argv[1])), sys.argv[2]
 got = {i["metadata"]["name"].lower().replace("_", "-"): i["metadata"]["version"] for i in report["install"]}
-need = {"npu,vision": ["rknn-toolkit-lite2", "opencv-python-headless", "numpy"],
+need = {"npu,vision,video": ["rknn-toolkit-lite2", "opencv-python-headless", "numpy", "pyav-rkmpp"],
         "plugin": ["grpcio", "protobuf", "prometheus-client"],
         # images/plugin-probe: the plugin's stack and rknn-toolkit-lite2 in one venv
         "plugin,npu": ["grpcio", "protobuf", "rknn-toolkit-lite2", "numpy"]}[extras]

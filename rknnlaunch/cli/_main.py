@@ -21,6 +21,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "_detect",
         "detect objects in one image with a YOLOv8 model (boxes printed, optionally drawn)",
     ),
+    "watch": (
+        "_watch",
+        "detect objects in many cameras or video files at once (JSON lines; reconnects failing streams)",
+    ),
     "doctor": (
         "_doctor",
         "check that this container can run a model on its NPU cores, and say how to fix what cannot",

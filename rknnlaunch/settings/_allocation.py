@@ -118,6 +118,8 @@ def resolve_allocation(
                 f"but this {soc.name} has {count} NPU core{'s' if count != 1 else ''}",
                 f"use cores within {format_cores(all_cores)}",
             )
+        # Two explicit spellings that disagree never get here (NpuSettings refuses them when built);
+        # a mask of NPU_CORE_ALL/AUTO means "every core", known only now.
         if mask_cores is not None and mask_cores != settings.cores:
             raise SettingsError(
                 f"RKNN_NPU_CORE_MASK={settings.core_mask} means cores {format_cores(mask_cores)} but "

@@ -9,15 +9,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .._errors import RknnLaunchError, SettingsError
 from ..npu import (
     ALL,
+    AUTO,
     SOCS,
     SocSpec,
     check_cores_exist,
+    format_cores,
     mask_to_cores,
     parse_core_list,
     parse_mask,
@@ -117,6 +119,24 @@ class NpuSettings(BaseSettings):
     @classmethod
     def _lower_level(cls, value: Any) -> Any:
         return value.strip().lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _mask_and_cores_agree(self) -> NpuSettings:
+        # The one check that the two names of the allocation agree, at settings build: every command
+        # and `open` refuses a self-contradicting allocation, with or without an NPU. (A mask of
+        # NPU_CORE_ALL or AUTO means "every core", known only with the NPU: `resolve_allocation`.)
+        mask, cores = self.core_mask, self.cores
+        if mask is None or cores is None or mask in (ALL, AUTO):
+            return self
+        named = mask_to_cores(mask)
+        if named != cores:
+            raise SettingsError(
+                f"RKNN_NPU_CORE_MASK={mask} means cores {format_cores(named)} but "
+                f"RKNN_NPU_CORES={format_cores(cores)!r}",
+                "set both from the same allocation (the device plugin does), or unset one of them",
+                ("RKNN_NPU_CORE_MASK", "RKNN_NPU_CORES"),
+            )
+        return self
 
     @property
     def injected(self) -> bool:

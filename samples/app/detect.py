@@ -1,8 +1,9 @@
-"""Sample inference app: frames (file or RTSP) -> YOLOv8 via rknnlaunch -> logged detections and FPS.
+"""Sample inference app: frames (files, cameras, RTSP) -> YOLOv8 via rknnlaunch -> logged detections and FPS.
 
 Runs on the NPU cores the device plugin allocated to this pod (``rknnlaunch.Detector`` reads the
 injected ``RKNN_NPU_*`` settings; letterbox, inference and decode run in one worker per core), or on
-the CPU backend with an ``.onnx`` model (``--backend cpu``).
+the CPU backend with an ``.onnx`` model (``--backend cpu``). Decoding, reconnecting and dropping
+stale frames are `rknnlaunch.streams`' (docs/streams.md): this app only logs what comes out.
 Every option also reads an environment variable (``SOURCE``, ``MODEL``, ...) so manifests can set
 them without rewriting the command. Exit status: 0 done, 1 failure (message says what to do), 2
 usage error.
@@ -11,7 +12,6 @@ usage error.
 from __future__ import annotations
 
 import argparse
-import itertools
 import logging
 import os
 import signal
@@ -19,7 +19,8 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -29,49 +30,32 @@ import numpy as np
 import numpy.typing as npt
 
 import rknnlaunch
-from rknnlaunch.yolo import (
-    COCO_NAMES,
-    Detections,
-    class_name,
-    read_image,
-)
+from rknnlaunch.streams import Source, StreamEvent, StreamResult, Watcher
+from rknnlaunch.yolo import COCO_NAMES, Detections, class_name
 from rknnlaunch.yolo import class_count as yolo_class_count
 
 log = logging.getLogger("detect")
 
 Frame = npt.NDArray[np.uint8]
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"})
 STREAM_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://")
 
 
 class SourceError(rknnlaunch.RknnLaunchError):
-    """The frame source cannot be opened or stopped delivering frames."""
-
-
-class FrameResult(Protocol):
-    """What the app reads from each `rknnlaunch.DetectResult`."""
-
-    @property
-    def detections(self) -> Detections: ...
-
-    @property
-    def timings(self) -> rknnlaunch.StageTimings: ...
-
-    @property
-    def dropped(self) -> int: ...
-
-    @property
-    def class_count(self) -> int | None: ...
+    """No source delivered a frame (every one failed; the events logged above say why)."""
 
 
 class FrameDetector(Protocol):
-    """What the app needs from `rknnlaunch.Detector`: a label, ordered ``stream`` and ``with``."""
+    """What the app needs from `rknnlaunch.Detector`: a label, ``submit``/``size`` (what
+    `rknnlaunch.streams.Watcher` drives) and ``with``."""
 
     label: str
 
-    def stream(
-        self, frames: Iterable[Frame], in_flight: int | None = None, latest_only: bool = False
-    ) -> Iterator[FrameResult]: ...
+    @property
+    def size(self) -> int: ...
+
+    def submit(
+        self, frame: Any, index: int | None = None, dropped: int = 0
+    ) -> Future[rknnlaunch.DetectResult]: ...
 
     def __enter__(self) -> FrameDetector: ...
 
@@ -102,98 +86,21 @@ def open_detector(args: argparse.Namespace) -> FrameDetector:
 # --- frame sources ------------------------------------------------------------------------------
 
 
-def _cv2() -> Any:
-    import cv2  # the vision extra; imported here so --help works without it
-
-    return cv2
-
-
 def is_stream(source: str) -> bool:
     return source.lower().startswith(STREAM_SCHEMES)
 
 
-def frames(
-    source: str,
-    loop: bool = False,
-    stop: threading.Event | None = None,
-    reconnects: int = 5,
-    backoff_s: float = 2.0,
-) -> Iterator[Frame]:
-    """BGR frames from an image file, a video file, a camera index or a network stream.
-
-    A still image yields once (forever with ``loop``); a video file restarts at its end with
-    ``loop``. A network stream is treated as live: whenever it ends or drops it is reopened, and
-    after ``reconnects`` attempts in a row that deliver no frame a `SourceError` is raised.
-    """
-    stop = stop or threading.Event()
-    cv2 = _cv2()
-    if Path(source).suffix.lower() in IMAGE_SUFFIXES:
-        try:  # the SDK's one image reader: permission, pixel limit and format checked, one clear error
-            image = read_image(source, "source")
-        except rknnlaunch.UsageError as exc:
-            raise SourceError(
-                f"cannot read image: {exc.problem}",
-                f"{exc.fix}; check the path (is the file in the image/volume?)",
-            ) from None
-        while not stop.is_set():
-            yield image
-            if not loop:
-                return
-        return
-
-    stream = is_stream(source)
-    if stream and source.lower().startswith(("rtsp://", "rtsps://")):
-        # RTSP over UDP loses packets across most cluster networks: ask FFmpeg for TCP unless the
-        # user chose otherwise.
-        os.environ.setdefault("OPENCV_FFMPEG_CAPTURE_OPTIONS", "rtsp_transport;tcp")
-    target: str | int = int(source) if source.isdigit() else source
-    failures = 0
-    while not stop.is_set():
-        if stream:
-            # Bounded waits: a camera that stops answering must not hang the pod forever.
-            timeouts = [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, 10_000, cv2.CAP_PROP_READ_TIMEOUT_MSEC, 10_000]
-            capture = cv2.VideoCapture(target, cv2.CAP_FFMPEG, timeouts)
-        else:
-            capture = cv2.VideoCapture(target)
-        if not capture.isOpened():
-            capture.release()
-            if stream and failures < reconnects:
-                failures += 1
-                log.warning("cannot open %s; retry %d/%d in %.0f s", source, failures, reconnects, backoff_s)
-                stop.wait(backoff_s)
-                continue
-            raise SourceError(
-                f"cannot open {source}",
-                "for a file: check the path; for a stream: check the URL, credentials and that the "
-                "pod can reach the camera (NetworkPolicy, DNS)",
-            )
-        delivered = 0
-        try:
-            while not stop.is_set():
-                ok, frame = capture.read()
-                if not ok or frame is None:
-                    break
-                delivered += 1
-                failures = 0
-                yield frame
-        finally:
-            capture.release()
-        if stop.is_set():
-            return
-        if stream:
-            failures += 1
-            if failures > reconnects:
-                raise SourceError(
-                    f"stream {source} stopped delivering frames ({reconnects} reconnects failed)",
-                    "check the camera; the pod exits so Kubernetes restarts it with back-off",
-                )
-            log.warning("stream %s ended; reconnect %d/%d in %.0f s", source, failures, reconnects, backoff_s)
-            stop.wait(backoff_s)
-            continue
-        if delivered == 0:
-            raise SourceError(f"{source} has no readable frames", "check the file's codec (try MJPG/H.264)")
-        if not loop:
-            return
+def stream_sources(args: argparse.Namespace) -> list[Source]:
+    """The app's sources as `rknnlaunch.streams` sources: a camera index is its V4L2 device; files
+    are detected frame by frame unless ``--latest-only yes`` (then read at their own rate, as a
+    camera would send them, dropping what the cores cannot take)."""
+    sources = []
+    for given in args.source:
+        url = f"/dev/video{given}" if given.isdigit() else given
+        live = is_stream(url) or url.startswith("/dev/video")
+        keep_up = latest_only_for(args.latest_only, live)
+        sources.append(Source(url, loop=args.loop, every_frame=not keep_up))
+    return sources
 
 
 # --- FPS and detection logging (pure) -----------------------------------------------------------
@@ -324,8 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="detect", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--source",
-        default=env("SOURCE", "/app/model/sample.jpg"),
-        help="image/video file, camera index or rtsp:// URL (env SOURCE)",
+        nargs="+",
+        default=env("SOURCE", "/app/model/sample.jpg").split(),
+        help="image/video files, camera indexes or rtsp:// URLs, one or more, each its own stream (env "
+        "SOURCE, separated by spaces); a password is best given as ${VAR} in the URL (docs/streams.md)",
     )
     parser.add_argument(
         "--model",
@@ -391,26 +300,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def latest_only_for(setting: str, live: bool) -> bool:
+    """Live sources (camera, network stream) drop stale frames unless told otherwise; files do not."""
+    if setting != "auto":
+        return setting == "yes"
+    return live
+
+
 def latest_only(args: argparse.Namespace) -> bool:
-    """Live sources (camera index, network stream) drop stale frames unless told otherwise."""
-    if args.latest_only != "auto":
-        return bool(args.latest_only == "yes")
-    return is_stream(args.source) or args.source.isdigit()
+    """Whether the (first) source drops the frames the cores cannot keep up with."""
+    first = args.source[0]
+    return latest_only_for(args.latest_only, is_stream(first) or first.isdigit())
 
 
 def run(args: argparse.Namespace, open_detector: OpenDetector, stop: threading.Event) -> int:
     from_model = args.labels.lower() == FROM_MODEL
     names = None if from_model else load_labels(args.labels)
     clock = time.monotonic
-    with open_detector(args) as detector:
-        log.info("model %s on %s; source %s", args.model, detector.label, args.source)
+    shown = ", ".join(source.shown for source in stream_sources(args))
+    with open_detector(args) as detector, Watcher(stream_sources(args), detector) as watcher:
+        log.info("model %s on %s; source %s", args.model, detector.label, shown)
+
+        # SIGTERM (the `stop` event) ends the watch: frames in flight finish, then the summary.
+        def stop_on_signal() -> None:
+            stop.wait()
+            watcher.stop()
+
+        threading.Thread(target=stop_on_signal, daemon=True).start()
         meter = FpsMeter(interval_s=args.log_every, started=clock())
         labels: list[tuple[str, ...] | None] = []  # fitted to the model on the first result
-        source: Iterator[Frame] = frames(args.source, loop=args.loop, stop=stop)
-        if args.max_frames:
-            source = itertools.islice(source, args.max_frames)
         dropped = 0
-        for result in detector.stream(source, latest_only=latest_only(args)):
+        for item in watcher:
+            if isinstance(item, StreamEvent):
+                continue  # rknnlaunch.streams logs each state change itself
+            if args.max_frames and meter.total_frames >= args.max_frames:
+                continue  # frames still in flight when the limit was reached
+            result: StreamResult = item
             if not labels:
                 if from_model:
                     labels.append(result.detections.names)
@@ -429,15 +354,24 @@ def run(args: argparse.Namespace, open_detector: OpenDetector, stop: threading.E
                 [label_of(int(c), labels[0]) for c in detections.class_ids],
             )
             now = clock()
-            if args.verbose or meter.total_frames == 1:
+            shown_frame = args.verbose or meter.total_frames == 1
+            if shown_frame:
                 log.info("frame %d: %s", meter.total_frames, describe(detections, labels[0]))
             if meter.due(now):
-                log.info("frame %d: %s", meter.total_frames, describe(detections, labels[0]))
+                if not shown_frame:
+                    log.info("frame %d: %s", meter.total_frames, describe(detections, labels[0]))
                 log.info("%s", meter.report(now))
+            if args.max_frames and meter.total_frames >= args.max_frames:
+                watcher.stop()
+        stop.set()  # releases the stop thread
         if meter.frames:
             log.info("%s", meter.report(clock()))
+        if watcher.all_failed:
+            raise SourceError(
+                f"no source delivered a frame ({shown})", "see the failed lines above for each source's fix"
+            )
         skipped = f" ({dropped} stale frames dropped)" if dropped else ""
-        log.info("done: %d frames from %s%s", meter.total_frames, args.source, skipped)
+        log.info("done: %d frames from %s%s", meter.total_frames, shown, skipped)
     return 0
 
 

@@ -207,7 +207,7 @@ def test_constraints_pin_every_dependency_the_images_install() -> None:
     tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     wanted = list(project["dependencies"])
-    for extra in ("npu", "vision", "plugin", "dra"):
+    for extra in ("npu", "vision", "video", "plugin", "dra"):
         wanted += project["optional-dependencies"][extra]
     pinned = {
         re.split(r"==", line)[0].strip().lower().replace("_", "-")

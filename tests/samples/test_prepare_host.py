@@ -194,6 +194,11 @@ def test_the_packages_include_python3_venv() -> None:
     assert "python3-venv" in packages.removeprefix("packages=(").removesuffix(")").split()
 
 
+def test_the_packages_include_chromium_for_the_live_views_screenshot() -> None:
+    packages = next(line for line in PREPARE_HOST.read_text().splitlines() if line.startswith("packages=("))
+    assert "chromium" in packages.removeprefix("packages=(").removesuffix(")").split()
+
+
 def test_a_missing_registration_file_names_the_package(tmp_path: Path) -> None:
     env = _host(tmp_path, "host")
     env["RKNNLAUNCH_BINFMT_CONF"] = str(tmp_path / "nope.conf")

@@ -149,6 +149,49 @@ def test_real_rknnlite_constructs(root: Root) -> None:  # pragma: no cover - slo
     assert done.stdout.split() == ["7", root.manifest["python"], root.manifest["toolkit_version"]]
 
 
+_WATCH_IN_THE_ROOT = """
+import av
+from concurrent.futures import Future
+from rknnlaunch.pipeline import DetectResult, StageTimings
+from rknnlaunch.streams import Source, StreamEvent, Watcher
+from rknnlaunch.yolo import Detections
+print("decoders", "h264_rkmpp" in av.codecs_available, "hevc_rkmpp" in av.codecs_available)
+
+
+class NoDetector:  # the decode path only: every frame detects nothing at once
+    size = 1
+
+    def submit(self, frame, index=None, dropped=0):
+        done = Future()
+        timings = StageTimings(0, 0, 0, 0, 0)
+        done.set_result(DetectResult(index or 0, Detections.empty(), timings, "none", dropped))
+        return done
+
+
+with Watcher([Source("/tmp/rknnlaunch-clip.mp4", name="clip", every_frame=True)], NoDetector()) as watcher:
+    for item in watcher:
+        if isinstance(item, StreamEvent):
+            print(item.event, item.reason)
+    print("decoded", watcher.stats()["clip"].decoded)
+"""
+
+
+@roots_param(SDK_ROOTS, "the SDK")
+def test_pyav_rkmpp_lists_the_mpp_decoders_and_decodes_in_software_without_the_node(
+    root: Root, tmp_path: Path
+) -> None:  # pragma: no cover - slow
+    """The runtime image's `[video]` (pyav-rkmpp on aarch64) has h264_rkmpp/hevc_rkmpp; with no
+    /dev/mpp_service (none in the root) a watch decodes a real H.264 clip in software and says why."""
+    from streams.videos import make_video
+
+    clip = make_video(tmp_path / "clip.mp4", "h264", (320, 180), frames=10, fps=10)
+    shutil.copy(clip, root.path / "tmp/rknnlaunch-clip.mp4")
+    done = chroot(root, f"{root.sdk}/bin/python", "-c", _WATCH_IN_THE_ROOT, check=True)
+    assert "decoders True True" in done.stdout, done.stdout
+    assert "live 320x180 h264 10 fps, software h264 decode: cannot open /dev/mpp_service" in done.stdout
+    assert "decoded 10" in done.stdout and "ended end of file" in done.stdout
+
+
 @roots_param(SDK_ROOTS, "the SDK")
 def test_doctor_json_on_the_emulated_host(root: Root) -> None:  # pragma: no cover - slow
     lay_out_helpers(root)
