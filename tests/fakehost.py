@@ -252,6 +252,48 @@ class UnprivilegedHostRoot(HostRoot):
         return super().read_text(host_path)
 
 
+MISC_MAJOR = 10
+DMA_HEAP_MAJOR = 253
+MPP_MAJOR = 241
+VIDEO_GID = 44
+RK3588_DMA_HEAPS = (
+    "cma",
+    "cma-uncached",
+    "system",
+    "system-dma32",
+    "system-uncached",
+    "system-uncached-dma32",
+)
+"""The heaps a Rockchip 5.10/6.1 BSP kernel shows on RK3588 (docs/hardware.md#video-blocks)."""
+
+
+def video_blocks(root: Path, heaps: tuple[str, ...] = RK3588_DMA_HEAPS, rga: bool = True) -> None:
+    """The vendor video stack as a BSP kernel shows it (docs/hardware.md#video-blocks): the MPP
+    service's char device and its class device (/sys/class/mpp_class/mpp_service, a link into the
+    platform device), RGA as a misc device, and one /dev/dma_heap node per heap."""
+    service = platform_device(root, "mpp-srv", "mpp_service")
+    (root / service.lstrip("/") / "mpp_class" / "mpp_service").mkdir(parents=True, exist_ok=True)
+    link(root, "/sys/class/mpp_class/mpp_service", "../../devices/platform/mpp-srv/mpp_class/mpp_service")
+    char_device(root, "/dev/mpp_service", MPP_MAJOR, 0, VIDEO_GID)
+    if rga:
+        write(root, "/sys/class/misc/rga/dev", f"{MISC_MAJOR}:122\n")
+        char_device(root, "/dev/rga", MISC_MAJOR, 122, VIDEO_GID)
+    for minor, heap in enumerate(heaps):
+        char_device(root, f"/dev/dma_heap/{heap}", DMA_HEAP_MAJOR, minor, VIDEO_GID)
+
+
+def rk3588_video(root: Path) -> None:
+    """RK3588 (GPU, NPU as rk3588-drm) on a vendor kernel with MPP, RGA and the DMA heaps."""
+    rk3588_drm(root)
+    video_blocks(root)
+
+
+def rk3588_mpp_only(root: Path) -> None:
+    """A vendor kernel with the MPP service but no RGA driver and no DMA heaps (DRM buffers)."""
+    rk3588_drm(root)
+    video_blocks(root, heaps=(), rga=False)
+
+
 @dataclass(frozen=True)
 class FixtureHost:
     name: str
@@ -268,6 +310,8 @@ HOSTS: dict[str, FixtureHost] = {
     host.name: host
     for host in (
         FixtureHost("rk3588-drm", rk3588_drm),
+        FixtureHost("rk3588-video", rk3588_video),
+        FixtureHost("rk3588-mpp-only", rk3588_mpp_only),
         FixtureHost("rk3588-render128", rk3588_render128),
         FixtureHost("rk3588-misc", rk3588_misc),
         FixtureHost("rk3576", rk3576),

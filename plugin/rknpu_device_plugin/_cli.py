@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from rknpu_serverkit import Supervisor
 
 PROG = "rknpu-device-plugin"
+VIDEO_SOCKET_NAME = "rockchip.com-vpu.sock"
 SHUTDOWN_JOIN_SECONDS = 1.5
 _log = get_logger()
 
@@ -122,6 +123,10 @@ def _serve(
         held = held_cores_asker(settings.pod_resources_socket, settings.resource_name)
         group.add(*probe_actor(resources, events, settings, held), name="probe")
     group.add(*supervisor.actor(), name="supervisor")
+    if settings.vpu:
+        video = _video_supervisor(settings, host)
+        if video is not None:
+            group.add(*video.actor(), name="vpu-supervisor")
     try:
         group.run()
     finally:
@@ -189,6 +194,48 @@ def _supervisor(settings: PluginSettings, resources: ResourceManager, events: Pl
         service,
         KubeletRegistration(events),
         before_serve=before_serve,
+        use_inotify=settings.inotify,
+    )
+
+
+def _video_supervisor(settings: PluginSettings, host: HostRoot) -> Supervisor | None:
+    """--vpu: the video blocks as `rockchip.com/vpu`, served and registered like the NPU (the kit's
+    `Supervisor`, its own socket); None, with one line, when the node has no MPP service."""
+    from rknpu_node import VIDEO_RESOURCE_NAME, discover_video, video_device_ids
+    from rknpu_serverkit import Endpoint, Supervisor
+
+    from .kubelet import KubeletRegistration, VideoPluginService
+
+    try:
+        blocks = discover_video(host)
+    except OSError as exc:
+        blocks = None
+        _log.error("cannot read the video device nodes", extra={"fields": {"error": str(exc)}})
+    if blocks is None:
+        _log.warning(
+            "--vpu: no /dev/mpp_service on this node; not offering rockchip.com/vpu (load the vendor "
+            "MPP driver, or mount the host's /dev under --host-root)",
+            extra={"fields": {"host_root": str(settings.host_root)}},
+        )
+        return None
+    _log.info(
+        "offering the video blocks",
+        extra={
+            "fields": {
+                "resource": VIDEO_RESOURCE_NAME,
+                "devices": list(blocks.device_paths),
+                "replicas": settings.vpu_replicas,
+                "sysfs_confirmed": blocks.sysfs_confirmed,
+            }
+        },
+    )
+    endpoint = Endpoint(settings.device_plugin_dir, VIDEO_SOCKET_NAME, VIDEO_RESOURCE_NAME)
+    # NullEvents: the plugin's registration metrics count the NPU's resource only.
+    return Supervisor(
+        settings.device_plugin_dir,
+        lambda: endpoint,
+        VideoPluginService(blocks, video_device_ids(settings.vpu_replicas)),
+        KubeletRegistration(NullEvents()),
         use_inotify=settings.inotify,
     )
 

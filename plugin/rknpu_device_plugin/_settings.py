@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode
 
-from rknpu_node import DEFAULT_RESOURCE_NAME, NodeSettingsChecks
+from rknpu_node import DEFAULT_RESOURCE_NAME, DEFAULT_VIDEO_REPLICAS, NodeSettingsChecks
 from rknpu_serverkit import (
     LOG_FORMATS,
     LOG_LEVELS,
@@ -104,6 +104,17 @@ class PluginSettings(NodeSettingsChecks, BaseSettings):
     probe_timeout: float = Field(
         20.0, gt=0, le=600, description="seconds one core's probe may take before the core counts as hung"
     )
+    vpu: bool = Field(
+        False,
+        description="also offer the video blocks (/dev/mpp_service, /dev/rga, /dev/dma_heap/*) as "
+        "rockchip.com/vpu, on a socket of its own, for pods that decode in hardware unprivileged",
+    )
+    vpu_replicas: int = Field(
+        DEFAULT_VIDEO_REPLICAS,
+        ge=1,
+        le=256,
+        description="--vpu: how many pods may hold rockchip.com/vpu at once (the decoder is shared)",
+    )
     nfd_dir: Path | None = Field(
         None,
         description="write the NFD feature file 'rknpu-plugin' here: mode, healthy devices and probe "
@@ -143,6 +154,7 @@ class PluginSettings(NodeSettingsChecks, BaseSettings):
 
 _FLAG_TYPES: dict[str, Any] = {
     "replicas": int,
+    "vpu_replicas": int,
     "health_interval": float,
     "probe_interval": float,
     "probe_timeout": float,

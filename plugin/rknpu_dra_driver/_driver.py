@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ._metrics import DraMetrics
     from .claims import ClaimStore
     from .kubelet import KubeletServers
-    from .slices import SlicePublisher
+    from .slices import NodeFacts, SlicePublisher
 
 # The rooms load in `_serve`, once the API client's own import (most of a start) is under way on
 # its thread: the sockets and prepared claims need no API.
@@ -129,7 +129,9 @@ class Driver:
         resources = node_resources(settings, NullEvents())
         resources.when_missing = "publishing no devices and re-scanning for a late driver load"
         resources.scan()
-        facts = node_facts(self.host, settings.host_librknnrt)
+        facts = node_facts(self.host, settings.host_librknnrt, vpu=settings.vpu)
+        if settings.vpu:
+            _log_video(facts, settings.host_root)
         store = ClaimStore(
             api, resources, settings.driver_name, settings.node_name, settings.resolved_plugin_dir,
             settings.cdi_dir, boot_id=boot_id(self.host), metrics=metrics, facts=facts,
@@ -259,3 +261,18 @@ def _metrics_registry(address: str | None) -> CollectorRegistry | None:
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
     return registry
+
+
+def _log_video(facts: NodeFacts, host_root: object) -> None:
+    """--vpu: one line saying what the slice offers as the `vpu` device, or why nothing."""
+    if facts.video is None:
+        _log.warning(
+            "--vpu: no /dev/mpp_service on this node; publishing no vpu device (load the vendor MPP "
+            "driver, or mount the host's /dev under --host-root)",
+            extra={"fields": {"host_root": str(host_root)}},
+        )
+        return
+    _log.info(
+        "publishing the video blocks as device vpu",
+        extra={"fields": {"devices": list(facts.video.device_paths)}},
+    )

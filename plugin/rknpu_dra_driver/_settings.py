@@ -108,6 +108,11 @@ class DraSettings(NodeSettingsChecks, BaseSettings):
         description="--slice-layout shared: how many shares each core has (a claim takes 1 unless it "
         "asks for more with capacity.requests.shares; all of them is the core alone)",
     )
+    vpu: bool = Field(
+        False,
+        description="also publish the video blocks (/dev/mpp_service, /dev/rga, /dev/dma_heap/*) as the "
+        "device vpu (DeviceClass vpu.rockchip.com), which several claims may hold at once",
+    )
     api_timeout: float = Field(
         5.0,
         gt=0,

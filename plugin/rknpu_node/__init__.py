@@ -1,5 +1,6 @@
 """rknpu_node: the node's NPU as both servers see it: discovery on the node, device IDs,
-allocation policy, health, the per-core functional probe, the resource manager, CDI edits (no gRPC).
+allocation policy, health, the per-core functional probe, the resource manager, CDI edits, and the
+video blocks (MPP, RGA, DMA heaps) offered beside it (no gRPC).
 
 The device plugin (`rknpu_device_plugin`) and the DRA driver (`rknpu_dra_driver`) both build on
 it (and on `rknpu_serverkit`), never on each other.
@@ -35,6 +36,15 @@ if TYPE_CHECKING:
         whole_device_id,
     )
     from ._probe import HoldersUnknownError, ProbeLoop, ProbeRunner
+    from ._video import (
+        DEFAULT_VIDEO_REPLICAS,
+        VIDEO_CDI_DEVICE,
+        VIDEO_RESOURCE_NAME,
+        VideoBlocks,
+        discover_video,
+        video_cdi_edits,
+        video_device_ids,
+    )
     from ._wiring import Actor, NodeSettings, health_actor, node_resources, probe_actor
 
 # What other layers may use, by defining module; imported on first use (PEP 562), so importing
@@ -72,6 +82,13 @@ _LAZY = {
     "minimum_cdi_version": "._cdi",
     "whole_device_id": "._policy",
     "with_minimum_version": "._cdi",
+    "DEFAULT_VIDEO_REPLICAS": "._video",
+    "VIDEO_CDI_DEVICE": "._video",
+    "VIDEO_RESOURCE_NAME": "._video",
+    "VideoBlocks": "._video",
+    "discover_video": "._video",
+    "video_cdi_edits": "._video",
+    "video_device_ids": "._video",
 }
 
 
@@ -113,4 +130,11 @@ __all__ = [
     "minimum_cdi_version",
     "whole_device_id",
     "with_minimum_version",
+    "DEFAULT_VIDEO_REPLICAS",
+    "VIDEO_CDI_DEVICE",
+    "VIDEO_RESOURCE_NAME",
+    "VideoBlocks",
+    "discover_video",
+    "video_cdi_edits",
+    "video_device_ids",
 ]

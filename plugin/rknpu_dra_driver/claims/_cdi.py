@@ -14,10 +14,13 @@ from pathlib import Path
 
 from rknnlaunch.npu import NpuInfo, format_cores, is_runnable, runnable_groups
 from rknpu_node import (
+    VIDEO_CDI_DEVICE,
     NodeExtras,
+    VideoBlocks,
     cdi_spec,
     container_plan,
     device_cores,
+    video_cdi_edits,
     with_minimum_version,
 )
 from rknpu_serverkit import write_atomic
@@ -118,22 +121,36 @@ def claim_spec(
     compatible_host_path: str | None,
     extras: NodeExtras,
     plugin_dir: Path | None = None,
+    video: VideoBlocks | None = None,
 ) -> dict[str, object]:
     """The claim's CDI spec: per request, the NPU's nodes, mounts and env as the device plugin
     hands them in, with ``RKNN_NPU_CORE_MASK``/``RKNN_NPU_CORES`` of that request's cores; with
     ``plugin_dir``, also the request's metadata file mounted read-only and ``RKNN_NPU_METADATA``
-    naming it (a plain bind mount: no newer cdiVersion)."""
+    naming it (a plain bind mount: no newer cdiVersion). A request given the `vpu` device gets the
+    ``video`` nodes; one given only it gets no NPU node, no NPU env (the claim's record only) and no
+    metadata file (`npu_requests`).
+    Raises ValueError for a `vpu` device when ``video`` is None (not offered now)."""
     base = cdi_spec(info, compatible_host_path, extras)
     base_edits: Mapping[str, object] = base["devices"][0]["containerEdits"]  # type: ignore[index]
     devices = []
     for request in claim.requests:
-        edits = dict(base_edits)
         names = [d.device for d in claim.request_devices(request)]
-        plan = container_plan(info, names, compatible_host_path, extras=extras)
-        env = dict(item.split("=", 1) for item in edits["env"])  # type: ignore[attr-defined]
-        env.update(plan.envs)
+        npu_names = [name for name in names if name != VIDEO_CDI_DEVICE]
+        edits: dict[str, object] = dict(base_edits) if npu_names else {}
+        env: dict[str, str] = {}
+        if npu_names:
+            plan = container_plan(info, npu_names, compatible_host_path, extras=extras)
+            env.update(item.split("=", 1) for item in edits["env"])  # type: ignore[attr-defined]
+            env.update(plan.envs)
+        if len(npu_names) < len(names):
+            if video is None:
+                raise ValueError(
+                    "the video blocks are not offered on this node now (start the driver with --vpu)"
+                )
+            nodes = [*(edits.get("deviceNodes") or ()), *video_cdi_edits(video)["deviceNodes"]]  # type: ignore[misc]
+            edits["deviceNodes"] = list({node["path"]: node for node in nodes}.values())
         env.update(request_env(info, claim, request))
-        if plugin_dir is not None:
+        if plugin_dir is not None and npu_names:
             mount = request_mount(driver_name, claim, request, plugin_dir)
             edits["mounts"] = [*(edits.get("mounts") or ()), mount]  # type: ignore[misc]
             env[METADATA_ENV] = str(mount["containerPath"])

@@ -20,7 +20,7 @@ from rknnlaunch.settings import (
 from rknpu_node import device_cores
 from rknpu_serverkit import write_atomic
 
-from ..slices import NodeFacts, device_attributes
+from ..slices import VIDEO_DEVICE, NodeFacts, device_attributes
 from ._claim import ClaimRef, PreparedClaim
 
 METADATA_ENV = "RKNN_NPU_METADATA"
@@ -31,12 +31,13 @@ a `doctor` warning, not a silent fallback to the env (rknnlaunch.settings reads 
 def request_metadata(
     driver_name: str, claim: PreparedClaim, info: NpuInfo, facts: NodeFacts, plugin_dir: Path
 ) -> dict[str, tuple[Path, str]]:
-    """Pure: per base request, where its file goes on the node and its text (the devices with the
+    """Pure: per base request with an NPU device (`npu_requests`), where its file goes on the node
+    and its text (the NPU devices with the
     attributes the slice publishes for them, so a workload sees what the scheduler matched)."""
     ref = claim.ref
     files: dict[str, tuple[Path, str]] = {}
-    for request in claim.requests:
-        results = claim.request_devices(request)
+    for request in npu_requests(claim):
+        results = tuple(d for d in claim.request_devices(request) if d.device != VIDEO_DEVICE)
         devices = [
             MetadataDevice(
                 d.pool,
@@ -60,10 +61,20 @@ def request_metadata(
     return files
 
 
+def npu_requests(claim: PreparedClaim) -> tuple[str, ...]:
+    """The requests with an NPU device: each has a metadata file (a request given only the `vpu`
+    device has none: the file describes NPU cores, and the SDK reads it for them)."""
+    return tuple(
+        request
+        for request in claim.requests
+        if any(d.device != VIDEO_DEVICE for d in claim.request_devices(request))
+    )
+
+
 def metadata_paths(plugin_dir: Path, claim: PreparedClaim) -> list[Path]:
     """Where `request_metadata` puts the claim's files (no NPU needed to ask)."""
     ref = claim.ref
-    return [host_file_path(plugin_dir, ref.namespace, ref.name, request) for request in claim.requests]
+    return [host_file_path(plugin_dir, ref.namespace, ref.name, request) for request in npu_requests(claim)]
 
 
 def request_mount(

@@ -21,7 +21,7 @@ from .._log import get_logger
 from .._metrics import DraMetrics
 from .._settings import DEFAULT_MAX_SHARES
 from ..apiserver import ApiError, KubeApi
-from ..slices import NodeFacts, all_offered_devices
+from ..slices import VIDEO_DEVICE, NodeFacts, all_offered_devices
 from ._booking import conflicting_holders, conflicts
 from ._cdi import (
     cdi_device_id,
@@ -325,9 +325,10 @@ class ClaimStore:
             ) from None
         if claim is None:
             raise ClaimError(f"{ref.describe()} does not exist on the API server (deleted?)")
-        devices = our_devices(
-            ref, claim, self.driver_name, self.node_name, all_offered_devices(info, state.health)
-        )
+        offered = all_offered_devices(info, state.health)
+        if self._facts.video is not None:
+            offered = (*offered, VIDEO_DEVICE)
+        devices = our_devices(ref, claim, self.driver_name, self.node_name, offered)
         return PreparedClaim(
             ref, devices, cdi_device_id(self.driver_name, ref.uid), pod_claim_name(ref, claim)
         )
@@ -336,9 +337,18 @@ class ClaimStore:
         info, _state, compatible = self._resources.snapshot()
         if info is None:
             raise ClaimError(f"{prepared.ref.describe()}: this node has no usable NPU now")
-        return claim_spec(
-            self.driver_name, prepared, info, compatible, self._resources.extras, plugin_dir=self.plugin_dir
-        )
+        try:
+            return claim_spec(
+                self.driver_name,
+                prepared,
+                info,
+                compatible,
+                self._resources.extras,
+                plugin_dir=self.plugin_dir,
+                video=self._facts.video,
+            )
+        except ValueError as exc:
+            raise ClaimError(f"{prepared.ref.describe()}: {exc}") from None
 
     def _metadata(self, prepared: PreparedClaim) -> dict[str, tuple[Path, str]]:
         info, _state, _compatible = self._resources.snapshot()

@@ -8,6 +8,7 @@ from rknnlaunch import lazy_attributes
 if TYPE_CHECKING:
     from ._desired import (
         SHARES_CAPACITY,
+        VIDEO_DEVICE,
         NodeFacts,
         SliceLayout,
         all_offered_devices,
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
         layout_core_sets,
         set_device_id,
         shared_fields_dropped,
+        video_attributes,
     )
     from ._facts import node_facts
     from ._publisher import SlicePublisher
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
 # What other rooms use, by defining module; imported on first use (PEP 562).
 _LAZY = {
     "SHARES_CAPACITY": "._desired",
+    "VIDEO_DEVICE": "._desired",
+    "video_attributes": "._desired",
     "NodeFacts": "._desired",
     "device_attributes": "._desired",
     "shared_fields_dropped": "._desired",
@@ -41,6 +45,8 @@ __getattr__ = lazy_attributes(__name__, _LAZY)
 
 __all__ = [
     "SHARES_CAPACITY",
+    "VIDEO_DEVICE",
+    "video_attributes",
     "NodeFacts",
     "device_attributes",
     "shared_fields_dropped",

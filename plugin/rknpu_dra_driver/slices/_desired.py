@@ -23,7 +23,7 @@ from rknnlaunch.npu import (
     cores_to_mask,
     runnable_core_sets,
 )
-from rknpu_node import device_cores, device_ids
+from rknpu_node import VIDEO_CDI_DEVICE, VideoBlocks, device_cores, device_ids
 
 from .._settings import DEFAULT_MAX_SHARES
 
@@ -57,6 +57,12 @@ class NodeFacts:
 
     board_model: str | None = None
     librknnrt_version: str | None = None
+    video: VideoBlocks | None = None
+    """The video blocks (``--vpu``), offered as one more device, `vpu`; None when not offered."""
+
+
+VIDEO_DEVICE = VIDEO_CDI_DEVICE
+"""The video blocks' device name in the pool (prepare hands in their nodes, no NPU core)."""
 
 
 def semver(text: str | None) -> str | None:
@@ -155,6 +161,28 @@ def device_attributes(info: NpuInfo, cores: CoreSet | int, facts: NodeFacts) -> 
     return attributes
 
 
+def video_attributes(info: NpuInfo, video: VideoBlocks) -> dict[str, dict[str, object]]:
+    """The `vpu` device's attributes: ``type: vpu`` (NPU device classes require a ``coreMask``,
+    which it lacks), the SoC, and which helpers come with the decoder."""
+    return {
+        "type": {"string": "vpu"},
+        "soc": {"string": info.soc.name},
+        "rga": {"bool": video.rga},
+        "dmaHeaps": {"int": len(video.dma_heaps)},
+    }
+
+
+def video_device(info: NpuInfo, video: VideoBlocks) -> dict[str, object]:
+    """The video blocks as one device that any number of claims may hold at once (KEP-5075's
+    ``allowMultipleAllocations``; an API server without DRAConsumableCapacity drops it and the
+    device is then one claim's at a time: share that claim, docs/dra.md#video-blocks)."""
+    return {
+        "name": VIDEO_DEVICE,
+        "attributes": video_attributes(info, video),
+        "allowMultipleAllocations": True,
+    }
+
+
 def slice_name(node_name: str, driver_name: str) -> str:
     """The node's device slice: a DNS subdomain of at most 253 characters."""
     return f"{node_name}-{driver_name}"[:253].rstrip("-.")
@@ -241,7 +269,8 @@ def desired_slices(
 ) -> list[dict[str, object]]:
     """Every slice of the node's pool (``resourceSliceCount`` = the list's length).
 
-    PER_CORE: one slice of per-core devices. SHARED: the same devices, each allowing multiple
+    With ``facts.video`` the device slice ends with the `vpu` device (last: first fit never
+    prefers it). PER_CORE: one slice of per-core devices. SHARED: the same devices, each allowing multiple
     allocations of its ``max_shares`` shares. PARTITIONABLE: the devices consume per-core
     counters; on a 1.34 API server (``server_minor`` 34) the counters sit in the device slice,
     from 1.35 (or unknown) in a separate counters slice of the same pool.
@@ -249,6 +278,8 @@ def desired_slices(
     chosen = SliceLayout(layout)
     sets = layout_core_sets(info, health, chosen) if info is not None else ()
     devices = [_device(info, cores, facts, chosen, max_shares) for cores in sets] if info is not None else []
+    if info is not None and facts.video is not None:
+        devices.append(video_device(info, facts.video))
     name = slice_name(node_name, driver_name)
     if chosen is not SliceLayout.PARTITIONABLE:
         return [_slice(name, node_name, driver_name, generation, 1, node_uid, {"devices": devices})]
@@ -278,7 +309,7 @@ def _shared_devices(spec: Mapping[str, object]) -> dict[object, Mapping[str, obj
     return {
         d.get("name"): d
         for d in (devices if isinstance(devices, Sequence) else ())
-        if isinstance(d, Mapping) and d.get("allowMultipleAllocations")
+        if isinstance(d, Mapping) and d.get("allowMultipleAllocations") and d.get("capacity")
     }
 
 
@@ -289,7 +320,8 @@ def _has_request_policy(device: Mapping[str, object]) -> bool:
 
 
 def shared_fields_dropped(sent: Mapping[str, object], kept: Mapping[str, object]) -> bool:
-    """True when ``sent`` offered shared cores and ``kept`` lacks a device's
+    """(The `vpu` device, which has no capacity, is not a shared core: ignored here.)
+    True when ``sent`` offered shared cores and ``kept`` lacks a device's
     ``allowMultipleAllocations`` or its capacity's ``requestPolicy``: the API server runs without
     DRAConsumableCapacity (the devices would be plain per-core ones, each held by one claim)."""
     sent_spec = sent.get("spec")
@@ -330,6 +362,7 @@ def fields_dropped(sent: Mapping[str, object], kept: Mapping[str, object]) -> bo
 __all__ = [
     "COUNTER_SET",
     "SHARES_CAPACITY",
+    "VIDEO_DEVICE",
     "NodeFacts",
     "SliceLayout",
     "all_offered_devices",
@@ -344,4 +377,6 @@ __all__ = [
     "shared_fields_dropped",
     "shares_capacity",
     "slice_name",
+    "video_attributes",
+    "video_device",
 ]
