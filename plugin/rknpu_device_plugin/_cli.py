@@ -16,6 +16,7 @@ from rknnlaunch.npu import HostRoot, soc_by_name
 from rknpu_serverkit import (
     ActorGroup,
     check_host_root,
+    check_kubelet_folder,
     check_modules,
     check_readable_file,
     check_writable_folder,
@@ -68,7 +69,7 @@ def preflight(settings: PluginSettings) -> None:
         needed["prometheus_client"] = "--metrics-address"
     check_modules(needed, "pip install 'rknnlaunch[plugin]' (the plugin's image has it)")
     check_host_root(settings.host_root)
-    check_writable_folder(settings.device_plugin_dir, "--device-plugin-dir")
+    check_kubelet_folder(settings.device_plugin_dir, "--device-plugin-dir")
     if settings.cdi:
         check_writable_folder(settings.cdi_dir, "--cdi-dir")
     if settings.nfd_dir is not None:
@@ -182,7 +183,7 @@ def _serve(
         settings.device_plugin_dir,
         endpoint_for,
         service,
-        KubeletRegistration(events),
+        KubeletRegistration(events, settings.kubelet_wait_notice),
         before_serve=before_serve,
         use_inotify=settings.inotify,
     )

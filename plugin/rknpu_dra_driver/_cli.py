@@ -223,6 +223,7 @@ def run(settings: DraSettings, stop: threading.Event | None = None) -> int:
             settings.registration_dir,
             settings.instance_id,
             settings.inotify,
+            settings.kubelet_wait_notice,
         )
         servers.start()
         if metrics.registry is not None and settings.metrics_address:

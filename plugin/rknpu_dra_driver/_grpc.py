@@ -18,6 +18,7 @@ import grpc
 import grpc.aio
 
 from rknpu_device_plugin.kubelet import Endpoint, Supervisor
+from rknpu_serverkit import KUBELET_WAIT_NOTICE_S, KubeletWaitNotice
 
 from ._claims import ClaimRef, PreparedClaim
 from ._health import CHECK_TIMEOUT_S, HealthBoard
@@ -162,9 +163,12 @@ class HealthV1alpha1Service(health_v1alpha1_grpc.DRAResourceHealthServicer):
 
 
 class RegistrationService(reg_grpc.RegistrationServicer):
-    def __init__(self, driver_name: str, endpoint: Path) -> None:
+    def __init__(
+        self, driver_name: str, endpoint: Path, kubelet_wait: KubeletWaitNotice | None = None
+    ) -> None:
         self._driver_name = driver_name
         self._endpoint = endpoint
+        self._kubelet_wait = kubelet_wait
         self.registered = threading.Event()
         self.on_status: Callable[[bool, str], None] = lambda ok, error: None
 
@@ -181,6 +185,8 @@ class RegistrationService(reg_grpc.RegistrationServicer):
     ) -> reg.RegistrationStatusResponse:
         if request.plugin_registered:
             _log.info("registered with the kubelet", extra={"fields": {"driver": self._driver_name}})
+            if self._kubelet_wait is not None:
+                self._kubelet_wait.stop()
             self.registered.set()
         else:
             _log.error("the kubelet refused the registration", extra={"fields": {"error": request.error}})
@@ -198,13 +204,18 @@ class RegistrationService(reg_grpc.RegistrationServicer):
 class _ServedForDiscovery:
     """The registration socket's strategy for the `Supervisor`: nothing to call (the kubelet finds
     the socket in plugins_registry and calls GetInfo), nothing ends a generation but the socket's
-    removal or replacement (the supervisor compares its inode and ctime)."""
+    removal or replacement (the supervisor compares its inode and ctime). Once served, the
+    kubelet's call is awaited: ``kubelet_wait`` says so once if it has not come in time."""
+
+    def __init__(self, kubelet_wait: KubeletWaitNotice) -> None:
+        self._kubelet_wait = kubelet_wait
 
     def register(self, endpoint: Endpoint, wake: threading.Event, stop: threading.Event) -> bool:
         return True
 
     def registered(self, endpoint: Endpoint, generation: int, seconds: float) -> None:
         _log.info("serving", extra={"fields": {"socket": str(endpoint.socket_path)}})
+        self._kubelet_wait.start()
 
     def restart_reason(self, endpoint: Endpoint) -> str | None:
         return None
@@ -240,6 +251,7 @@ class KubeletServers:
         registration_dir: Path,
         instance_id: str = "",
         use_inotify: bool = True,
+        kubelet_wait_notice: float = KUBELET_WAIT_NOTICE_S,
     ) -> None:
         self.driver_name = driver_name
         self.instance_id = instance_id
@@ -247,7 +259,10 @@ class KubeletServers:
         self.registration_socket = registration_dir / registration_socket_name(
             registration_dir, driver_name, instance_id
         )
-        self.registration = RegistrationService(driver_name, self.dra_socket)
+        self._kubelet_wait = KubeletWaitNotice(
+            _log, registration_dir, "--registration-dir", kubelet_wait_notice
+        )
+        self.registration = RegistrationService(driver_name, self.dra_socket, self._kubelet_wait)
         self._board = board
         self._dra = grpc.server(ThreadPoolExecutor(WORKERS, thread_name_prefix="dra"))
         v1_grpc.add_DRAPluginServicer_to_server(DraV1Service(store), self._dra)
@@ -259,7 +274,7 @@ class KubeletServers:
             registration_dir,
             lambda: endpoint,
             self.registration,
-            _ServedForDiscovery(),
+            _ServedForDiscovery(self._kubelet_wait),
             use_inotify=use_inotify,
         )
         self._stopping = threading.Event()
@@ -286,7 +301,6 @@ class KubeletServers:
                             )
 
     def _serve(self, server: grpc.Server, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         server.add_insecure_port(f"unix://{path}")
@@ -307,6 +321,7 @@ class KubeletServers:
         """Registration first (the kubelet deregisters on its removal and turns to another
         instance), then the health streams end, then the DRA socket with a short grace."""
         self._stopping.set()
+        self._kubelet_wait.stop()
         self._supervisor.wake()
         if self._supervising is not None:
             self._supervising.join(REGISTRATION_STOP_S)  # it stops serving and removes the socket

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fakeapi import FakeApiServer
 from kubeletstub import KubeletStub
@@ -16,6 +17,26 @@ from rknpu_serverkit import StopEvent
 
 NODE = "node-a"
 DRIVER = "npu.rockchip.com"
+
+
+def dra_settings(root: Path, api: FakeApiServer, **fields: Any) -> DraSettings:
+    """A driver's settings on the fixture host at ``root/host``, its folders under ``root``. The
+    kubelet's two folders are made first, as the kubelet makes them: the driver never creates them."""
+    for folder in ("registry", "plugin"):
+        (root / folder).mkdir(exist_ok=True)
+    given: dict[str, Any] = {
+        "host_root": root / "host",
+        "node_name": NODE,
+        "driver_name": DRIVER,
+        "kubeconfig": str(api.kubeconfig(root / "kubeconfig")),
+        "registration_dir": root / "registry",
+        "plugin_dir": root / "plugin",
+        "cdi_dir": root / "cdi",
+        "health_interval": 0.1,
+        "instance_id": "",
+        **fields,
+    }
+    return DraSettings(**given)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from allocator import Allocator
-from drarig import DRIVER, NODE, DriverRig
+from drarig import DRIVER, NODE, DriverRig, dra_settings
 from fakeapi import FakeApiServer
 from test_dra_allocation import classes, mask, sample_claims
 
@@ -24,26 +24,13 @@ from rknnlaunch import RknnLaunchError
 from rknpu_device_plugin.devices import device_cores
 from rknpu_dra_driver import _publisher
 from rknpu_dra_driver._cli import run
-from rknpu_dra_driver._settings import DraSettings
 
 PARTITION_FIELDS = ("sharedCounters", "consumesCounters")
 
 
 def _rig(api: FakeApiServer, root: Path, layout: str = "auto") -> DriverRig:
     make_host("rk3588-drm", root / "host")
-    settings = DraSettings(
-        host_root=root / "host",
-        node_name=NODE,
-        driver_name=DRIVER,
-        kubeconfig=str(api.kubeconfig(root / "kubeconfig")),
-        registration_dir=root / "registry",
-        plugin_dir=root / "plugin",
-        cdi_dir=root / "cdi",
-        api_timeout=5.0,
-        health_interval=0.1,
-        instance_id="",
-        slice_layout=layout,
-    )
+    settings = dra_settings(root, api, api_timeout=5.0, slice_layout=layout)
     return DriverRig(root, api, settings)
 
 

@@ -19,10 +19,10 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TypeVar
 
 import numpy as np
 import pytest
+from awaiting import eventually
 from fakekubelet import DeviceStream, Rig, RigFactory, all_health
 from sdk.rknnfile_builder import rknn_bytes
 from telemetry.fake_podresources import Assignment, PodResourcesServer
@@ -37,7 +37,6 @@ from rknpu_device_plugin.devices._probe import (
 )
 from rknpu_device_plugin.telemetry._nfd import parse_feature_text, plugin_labels
 
-T = TypeVar("T")
 TESTS = Path(__file__).resolve().parents[1]
 FAKE_PATH = os.pathsep.join(str(p) for p in (TESTS / "plugin" / "fake_rknnlite", TESTS / "sdk"))
 LIBRKNNRT = b"\x7fELF" + b"\0" * 64 + b"librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)\0"
@@ -170,18 +169,6 @@ def probe_rig(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _eventually(read: Callable[[], T], good: Callable[[T], bool], timeout: float = 10.0) -> T:
-    """``read()`` until ``good`` holds (state another process writes: no event to wait on)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    value = read()
-    while not good(value) and time.monotonic() < deadline:
-        time.sleep(0.05)
-        value = read()
-    return value
-
-
 def _health(devices: list[tuple[str, str]]) -> dict[str, str]:
     return dict(devices)
 
@@ -207,7 +194,7 @@ def test_a_core_that_fails_goes_unhealthy_and_recovers(probe_rig: Callable[..., 
     assert samples['rknpu_device_healthy{device="npu-core-1"}'] == 0
     ns = "rknpu.feature.node.kubernetes.io"
     # The file follows the health message by a moment (another process writes it): poll briefly.
-    labels = _eventually(probe.labels, lambda found: found.get(f"{ns}/devices-healthy") == "2")
+    labels = eventually(probe.labels, lambda found: found.get(f"{ns}/devices-healthy") == "2")
     assert labels[f"{ns}/probe"] == "failed" and labels[f"{ns}/probe-failed-cores"] == "1"
     assert labels[f"{ns}/plugin-mode"] == "core"
 
@@ -265,20 +252,14 @@ def test_sigterm_during_a_hung_probe_exits_at_once_and_kills_the_child(
     import time
 
     probe = probe_rig("--probe-timeout", "120", faults={"core0": "hang"})
-    deadline = time.monotonic() + 60
     # Poll: the fake records the core on entering inference, in another process (no event to await).
-    while not probe.probed_cores() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert probe.probed_cores() == [0] and _probe_children(probe.config)
+    assert eventually(probe.probed_cores, bool) == [0] and _probe_children(probe.config)
     started = time.monotonic()
     probe.rig.plugin.signal()
-    assert probe.rig.plugin.wait(timeout=10) == 0
+    assert probe.rig.plugin.wait(timeout=10) == 0  # exited, its output drained
     assert time.monotonic() - started < 2.0
     assert not probe.rig.plugin.logs("core failed its probe")  # killed by shutdown: not a verdict
-    deadline = time.monotonic() + 5
-    while _probe_children(probe.config) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _probe_children(probe.config) == []
+    assert eventually(lambda: _probe_children(probe.config), lambda found: not found) == []
 
 
 def test_a_core_computing_wrong_results_is_caught(probe_rig: Callable[..., ProbeRig]) -> None:
@@ -357,7 +338,7 @@ def test_whole_mode_device_fails_with_any_core(probe_rig: Callable[..., ProbeRig
     stream = DeviceStream(probe.rig.stub())
     probe.rig.plugin.wait_log(lambda e: e["msg"] == "core failed its probe" and e["core"] == 2, timeout=60)
     stream.wait_for(lambda d: d == [("npu-cores-0-1-2", "Unhealthy")], timeout=60)
-    labels = _eventually(probe.labels, lambda found: "rknpu.feature.node.kubernetes.io/probe" in found)
+    labels = eventually(probe.labels, lambda found: "rknpu.feature.node.kubernetes.io/probe" in found)
     assert labels["rknpu.feature.node.kubernetes.io/plugin-mode"] == "whole"
     assert labels["rknpu.feature.node.kubernetes.io/probe-failed-cores"] == "2"
     stream.cancel()

@@ -34,6 +34,8 @@ from typing import Any, Protocol, TypeVar
 import grpc
 import grpc.aio
 
+from rknpu_serverkit import KUBELET_WAIT_NOTICE_S, KubeletWaitNotice
+
 from .._events import PluginEvents
 from .._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
 from .._kubeapi.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
@@ -275,12 +277,18 @@ class KubeletRegistration:
     """The device plugin's strategy: Register over kubelet.sock (waiting for it, retrying a failed
     call); a re-created kubelet.sock (the kubelet restarted) ends the generation."""
 
-    def __init__(self, events: PluginEvents) -> None:
+    def __init__(self, events: PluginEvents, wait_notice: float = KUBELET_WAIT_NOTICE_S) -> None:
         self._events = events
         self._kubelet_id: FileId | None = None
         self._last_error = ""
+        self._wait_notice = wait_notice
+        self._kubelet_wait: KubeletWaitNotice | None = None
 
     def register(self, endpoint: Endpoint, wake: threading.Event, stop: threading.Event) -> bool:
+        if self._kubelet_wait is None:
+            folder = endpoint.kubelet_socket.parent
+            self._kubelet_wait = KubeletWaitNotice(_log, folder, "--device-plugin-dir", self._wait_notice)
+        self._kubelet_wait.start()  # until registered: one line if the kubelet is long in coming
         kubelet_id = file_id(endpoint.kubelet_socket)
         if kubelet_id is None:
             if self._last_error != "absent":
@@ -298,6 +306,7 @@ class KubeletRegistration:
                 _log.warning("Register failed; retrying", extra={"fields": {"error": error}})
                 self._last_error = error
             return False
+        self._kubelet_wait.stop()
         self._kubelet_id = kubelet_id
         self._last_error = ""  # the next generation's first problem is logged again
         return True
@@ -364,7 +373,7 @@ class Supervisor:
         self._wake.clear()
 
     def run(self, stop: threading.Event) -> None:
-        self._plugin_dir.mkdir(parents=True, exist_ok=True)
+        # The folder is the kubelet's: checked at start (check_kubelet_folder), never created here.
         watcher = FolderWatcher([self._plugin_dir], use_inotify=self._use_inotify)
         self._watcher = watcher
         check = CHECK_INTERVAL_INOTIFY if watcher.uses_inotify else CHECK_INTERVAL_POLLING
