@@ -290,6 +290,22 @@ class _Records(logging.Handler):
             )
 
 
+def test_a_kubelet_long_in_coming_is_said_once_with_the_folder(rig: DriverRig) -> None:
+    # --kubelet-wait-notice is 30 s by default; the line is awaited, never slept for.
+    rig.settings = rig.settings.model_copy(update={"kubelet_wait_notice": 0.3})
+    kubelet_log = logging.getLogger("rknpu_dra_driver.kubelet")
+    records = _Records()
+    kubelet_log.addHandler(records)
+    try:
+        rig.launch()  # served, and no kubelet registers it
+        records.wait("still waiting for the kubelet after 0.3 s")
+        # Its NotifyRegistrationStatus is answered once the driver has taken the registration.
+        KubeletStub(rig.settings.registration_dir, DRIVER).register()
+    finally:
+        kubelet_log.removeHandler(records)
+    assert len([m for m in records.messages if m.startswith("still waiting")]) == 1
+
+
 def test_a_deleted_registration_socket_is_served_again(rig: DriverRig) -> None:
     """By the device plugin's Supervisor: one loop serves both programs' sockets again."""
     supervisor_log = logging.getLogger("rknpu_device_plugin.lifecycle")

@@ -348,7 +348,21 @@ def test_waits_for_kubelet_then_registers(rig_factory: RigFactory) -> None:
     rig = rig_factory("rk3588-drm", kubelet=False, register=False)
     rig.plugin.wait_log(lambda entry: entry["msg"] == "waiting for kubelet.sock")
     rig.kubelet.start()
-    rig.kubelet.wait_registration(timeout=5)
+    rig.kubelet.wait_registration()
+
+
+def test_a_kubelet_long_in_coming_is_said_once_with_the_folder(rig_factory: RigFactory) -> None:
+    # --kubelet-wait-notice is 30 s by default; the line is awaited, never slept for.
+    rig = rig_factory("rk3588-drm", "--kubelet-wait-notice", "0.5", kubelet=False, register=False)
+    line = rig.plugin.wait_log(lambda entry: entry["msg"].startswith("still waiting for the kubelet"))
+    assert line["level"] == "warning" and line["msg"] == "still waiting for the kubelet after 0.5 s"
+    assert line["folder"] == str(rig.plugin_dir) and "--device-plugin-dir" in line["fix"]
+    rig.kubelet.start()
+    rig.kubelet.wait_registration()
+    rig.plugin.wait_log(lambda entry: entry["msg"] == "registered with kubelet")
+    assert rig.plugin.stop() == 0  # every line read
+    notices = [entry for entry in rig.plugin.lines if entry["msg"].startswith("still waiting")]
+    assert len(notices) == 1
 
 
 def test_stale_socket_of_ours_is_replaced_and_others_are_left_alone(rig_factory: RigFactory) -> None:
