@@ -204,18 +204,13 @@ class RegistrationService(reg_grpc.RegistrationServicer):
 class _ServedForDiscovery:
     """The registration socket's strategy for the `Supervisor`: nothing to call (the kubelet finds
     the socket in plugins_registry and calls GetInfo), nothing ends a generation but the socket's
-    removal or replacement (the supervisor compares its inode and ctime). Once served, the
-    kubelet's call is awaited: ``kubelet_wait`` says so once if it has not come in time."""
-
-    def __init__(self, kubelet_wait: KubeletWaitNotice) -> None:
-        self._kubelet_wait = kubelet_wait
+    removal or replacement (the supervisor compares its inode and ctime)."""
 
     def register(self, endpoint: Endpoint, wake: threading.Event, stop: threading.Event) -> bool:
         return True
 
     def registered(self, endpoint: Endpoint, generation: int, seconds: float) -> None:
         _log.info("serving", extra={"fields": {"socket": str(endpoint.socket_path)}})
-        self._kubelet_wait.start()
 
     def restart_reason(self, endpoint: Endpoint) -> str | None:
         return None
@@ -274,7 +269,10 @@ class KubeletServers:
             registration_dir,
             lambda: endpoint,
             self.registration,
-            _ServedForDiscovery(self._kubelet_wait),
+            _ServedForDiscovery(),
+            # Armed before each serving (the kubelet may call as soon as the socket appears), and
+            # disarmed by its NotifyRegistrationStatus: one line if it has not come in time.
+            before_serve=self._kubelet_wait.start,
             use_inotify=use_inotify,
         )
         self._stopping = threading.Event()
