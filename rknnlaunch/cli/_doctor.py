@@ -7,7 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from .._errors import SettingsError, UsageError
+from .._errors import ModelError, SettingsError, UsageError
+from .._files import require_file
 from ..preflight import exit_code, report_json, report_text, run_checks
 from ..settings import ENV_NAMES, NpuSettings, load_settings
 
@@ -58,10 +59,15 @@ def _readable_settings() -> NpuSettings:
         except SettingsError:
             continue
         readable[name] = value
-    return load_settings(readable)
+    try:
+        return load_settings(readable)
+    except SettingsError as exc:  # variables readable alone that contradict each other: without them
+        return load_settings({k: v for k, v in readable.items() if k not in exc.variables})
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.model is not None:  # the one input rule, as in bench/detect/model inspect (exit 2)
+        require_file(args.model, "--model", "pass the path of an existing .rknn file", ModelError)
     settings, error = settings_with_root(args.root)
     results = run_checks(settings, error, args.model)
     if args.json:

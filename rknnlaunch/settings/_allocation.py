@@ -28,6 +28,7 @@ from ..npu import (
     parse_core_list,
     parse_mask,
 )
+from ._metadata import MetadataReading, checked_metadata_cores, read_metadata
 
 MOST_NPU_CORES = max(soc.npu_cores for soc in SOCS)
 """Cores of the largest NPU we support: a core number beyond it is wrong on any board."""
@@ -46,7 +47,8 @@ class Allocation:
     injected: bool
     """False when no RKNN_NPU_CORE_MASK/RKNN_NPU_CORES was set (default: every core)."""
     source: str
-    """Where the cores came from, for messages: ``RKNN_NPU_CORE_MASK=3`` or ``default (...)``."""
+    """Where the cores came from, for messages: ``RKNN_NPU_CORE_MASK=3``, ``metadata file ...`` or
+    ``default (...)``."""
     claim: str | None = None
     """``<namespace>/<name>/<uid>`` of the DRA ResourceClaim the cores came from (RKNN_NPU_CLAIM)."""
 
@@ -66,11 +68,15 @@ def discover_npu(settings: NpuSettings, host: HostRoot) -> NpuInfo:
     return discover(host, soc_hint=settings.soc_spec, extra_compatible_paths=extra)
 
 
-def resolve_allocation(settings: NpuSettings, info: NpuInfo) -> Allocation:
+def resolve_allocation(
+    settings: NpuSettings, info: NpuInfo, metadata: MetadataReading | None = None
+) -> Allocation:
     """Cross-check the injected env against the discovered NPU and name the usable cores.
 
     Errors name the variable, the value and the fix: a SoC other than the device tree's, mask
     bits or core numbers beyond the NPU's cores, a mask that disagrees with RKNN_NPU_CORES.
+    A DRA metadata file's cores (``metadata``, from `read_metadata`) win over a valid env, which
+    may name a subset of them but no other core; an unusable file leaves the env in charge.
     """
     soc, count = info.soc, info.core_count
     declared = settings.soc_spec
@@ -112,12 +118,24 @@ def resolve_allocation(settings: NpuSettings, info: NpuInfo) -> Allocation:
                 f"but this {soc.name} has {count} NPU core{'s' if count != 1 else ''}",
                 f"use cores within {format_cores(all_cores)}",
             )
+        # Two explicit spellings that disagree never get here (NpuSettings refuses them when built);
+        # a mask of NPU_CORE_ALL/AUTO means "every core", known only now.
         if mask_cores is not None and mask_cores != settings.cores:
             raise SettingsError(
                 f"RKNN_NPU_CORE_MASK={settings.core_mask} means cores {format_cores(mask_cores)} but "
                 f"RKNN_NPU_CORES={format_cores(settings.cores)!r}",
                 "set both from the same allocation (the device plugin does), or unset one of them",
             )
+    if metadata is not None and metadata.cores is not None:
+        env_cores = mask_cores if mask_cores is not None else settings.cores
+        env_source = (
+            f"RKNN_NPU_CORE_MASK={settings.core_mask}"
+            if mask_cores is not None
+            else f"RKNN_NPU_CORES={format_cores(settings.cores or ())}"
+        )
+        cores = checked_metadata_cores(metadata.cores, info, env_cores, env_source)
+        claim = ", ".join(metadata.cores.claims)
+        return Allocation(soc, count, cores, True, metadata.cores.source, claim)
     if mask_cores is not None:
         return Allocation(
             soc, count, mask_cores, True, f"RKNN_NPU_CORE_MASK={settings.core_mask}", settings.claim
@@ -221,7 +239,8 @@ class NpuTarget:
 
 
 def find_npu(settings: NpuSettings) -> NpuTarget:
-    """Discover the NPU (device tree via the plugin's replacement file too) and check the allocation."""
+    """Discover the NPU (device tree via the plugin's replacement file too), read the DRA metadata
+    file if there is one, and check the allocation."""
     host = HostRoot(settings.root)
     info = discover_npu(settings, host)
-    return NpuTarget(host, info, resolve_allocation(settings, info))
+    return NpuTarget(host, info, resolve_allocation(settings, info, read_metadata(settings, host)))

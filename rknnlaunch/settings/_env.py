@@ -9,15 +9,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .._errors import RknnLaunchError, SettingsError
 from ..npu import (
     ALL,
+    AUTO,
     SOCS,
     SocSpec,
     check_cores_exist,
+    format_cores,
     mask_to_cores,
     parse_core_list,
     parse_mask,
@@ -35,6 +37,7 @@ ENV_NAMES: dict[str, str] = {
     "compatible_file": "RKNN_NPU_COMPATIBLE_FILE",
     "librknnrt_source": "RKNN_NPU_LIBRKNNRT_SOURCE",
     "claim": "RKNN_NPU_CLAIM",
+    "metadata": "RKNN_NPU_METADATA",
     "root": "RKNNLAUNCH_ROOT",
     "log_level": "RKNNLAUNCH_LOG_LEVEL",
 }
@@ -76,6 +79,9 @@ class NpuSettings(BaseSettings):
     """``host:<node path>`` when the plugin mounted the node's librknnrt.so (``--host-librknnrt``)."""
     claim: str | None = _env("RKNN_NPU_CLAIM")
     """``<namespace>/<name>/<uid>`` of the DRA claim the cores came from (the DRA driver sets it)."""
+    metadata: str | None = _env("RKNN_NPU_METADATA")
+    """A DRA device-metadata file or folder (KEP-5304); default: the kubelet's folder under the root
+    (/var/run/kubernetes.io/dra-device-attributes). Its cores win over the env (docs/dra.md)."""
     root: str = Field(default="/", validation_alias=AliasChoices("RKNNLAUNCH_ROOT"))
     """Filesystem root to discover the NPU under (tests and chroots); ``/`` in a pod."""
     log_level: LogLevel = Field(default="warning", validation_alias=AliasChoices("RKNNLAUNCH_LOG_LEVEL"))
@@ -113,6 +119,24 @@ class NpuSettings(BaseSettings):
     @classmethod
     def _lower_level(cls, value: Any) -> Any:
         return value.strip().lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _mask_and_cores_agree(self) -> NpuSettings:
+        # The one check that the two names of the allocation agree, at settings build: every command
+        # and `open` refuses a self-contradicting allocation, with or without an NPU. (A mask of
+        # NPU_CORE_ALL or AUTO means "every core", known only with the NPU: `resolve_allocation`.)
+        mask, cores = self.core_mask, self.cores
+        if mask is None or cores is None or mask in (ALL, AUTO):
+            return self
+        named = mask_to_cores(mask)
+        if named != cores:
+            raise SettingsError(
+                f"RKNN_NPU_CORE_MASK={mask} means cores {format_cores(named)} but "
+                f"RKNN_NPU_CORES={format_cores(cores)!r}",
+                "set both from the same allocation (the device plugin does), or unset one of them",
+                ("RKNN_NPU_CORE_MASK", "RKNN_NPU_CORES"),
+            )
+        return self
 
     @property
     def injected(self) -> bool:

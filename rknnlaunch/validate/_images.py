@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import UsageError
+from .._files import require_file_or_folder
 from ..yolo import check_image, read_image
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
@@ -24,7 +25,7 @@ def image_files(sources: Sequence[str | Path], option: str) -> list[Path]:
     """
     found: list[Path] = []
     for source in sources:
-        path = Path(source)
+        path = require_file_or_folder(source, option, f"pass existing image files or folders to {option}")
         if path.is_dir():
             listed = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
             if not listed:
@@ -33,16 +34,8 @@ def image_files(sources: Sequence[str | Path], option: str) -> list[Path]:
                     f"point {option} at a folder of JPEG/PNG images",
                 )
             found.extend(listed)
-        elif path.is_file():
-            found.append(path)
-        elif path.exists():
-            raise UsageError(
-                f"{option} {path} is not a regular file or folder", f"pass image files or folders to {option}"
-            )
         else:
-            raise UsageError(
-                f"{option} {path} does not exist", f"pass existing image files or folders to {option}"
-            )
+            found.append(path)
     if not found:
         raise UsageError(f"{option} named no images", f"pass image files or a folder of images to {option}")
     files = sorted(dict.fromkeys(found))
@@ -60,9 +53,12 @@ def _refuse(bad: Sequence[str], total: int, option: str, state: str) -> None:
     """One `UsageError` naming the first five bad files of ``total``; nothing when none is bad."""
     if bad:
         shown = "; ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        denied = any("Permission denied" in problem for problem in bad)
         raise UsageError(
             f"{option}: {len(bad)} of {total} images {state}: {shown}",
-            "remove or replace them (JPEG/PNG files)",
+            "make them readable (chmod a+r FILE) or remove them"
+            if denied
+            else "remove or replace them (JPEG/PNG files)",
         )
 
 

@@ -22,20 +22,13 @@ and ``iou`` everywhere (``conf_threshold``/``iou_threshold`` are deprecated spel
 `rknnlaunch.yolo.testing` (test encoders: outputs for known objects) is a testing aid, not API.
 
 Pure numpy; OpenCV (the `vision` extra) is imported only when an image is resized or drawn.
+
+Where things live: `layouts` (how each output layout is recognised: shapes + metadata -> `Plan`),
+`decode` (running a plan: outputs -> `Detections`, `make_decoder`, `YoloDecoder`), and at the top
+`_types` (`Detections`, `LetterboxInfo`), `_letterbox`, `_image` (image files), `_nms`,
+`_rotated` (rotated IoU, OBB NMS), `_draw`; `testing` (test encoders) is above them all.
 """
 
-from ._decode import (
-    LAYOUTS,
-    Decoder,
-    Layout,
-    Quant,
-    YoloDecoder,
-    class_count,
-    detect_layout,
-    dfl_distances,
-    make_decoder,
-    postprocess,
-)
 from ._draw import COCO_NAMES, COCO_SKELETON, class_name, draw_detections, image_masks
 from ._image import (
     FORMATS,
@@ -48,12 +41,24 @@ from ._image import (
     read_image,
     write_image,
 )
-from ._layouts import TASKS, YOLOV5_ANCHORS, Plan, Task, class_names, parse_anchors, plan_layout
 from ._letterbox import PAD_RKNN_MODEL_ZOO, PAD_ULTRALYTICS, Letterboxer, geometry, letterbox
-from ._masks import MaskResolution
 from ._nms import iou_matrix, nms
 from ._rotated import nms_rotated, rotated_iou_pairs
 from ._types import Detections, LetterboxInfo, mask_rle, rle_decode
+from .decode import Decoder, MaskResolution, Quant, YoloDecoder, dfl_distances, make_decoder, postprocess
+from .layouts import (
+    LAYOUTS,
+    TASKS,
+    YOLOV5_ANCHORS,
+    Layout,
+    Plan,
+    Task,
+    class_count,
+    class_names,
+    detect_layout,
+    parse_anchors,
+    plan_layout,
+)
 
 __all__ = [
     "Plan",

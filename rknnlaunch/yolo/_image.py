@@ -1,6 +1,8 @@
-"""Image files in and out for the CLI, the bench, validate and convert: the one reader (a permission
-check, the header's size checked against a pixel limit before anything is decoded, one clear error)
-and the writer. OpenCV (the `vision` extra) is imported on use; reading a header needs none."""
+"""Image files in and out: the one reader (checked before decoding) and the writer.
+
+Used by the CLI, the bench, validate and convert. The reader checks permissions and the header's
+size against a pixel limit before anything is decoded, with one clear error. OpenCV (the `vision`
+extra) is imported on use; reading a header needs none."""
 
 from __future__ import annotations
 

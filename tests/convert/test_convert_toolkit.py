@@ -44,11 +44,10 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The YOLOv8s ONNX and a folder of 13 real photos (scikit-image's data module + Grace Hopper)."""
     skimage_data = pytest.importorskip("skimage.data", reason="pip install scikit-image (calibration photos)")
     import matplotlib
-
-    from rknnlaunch.model._metadata import default_model
+    from testmodels import fall_detector_or_skip
 
     root = tmp_path_factory.mktemp("toolkit")
-    shutil.copy(default_model(), root / "yolov8s.onnx")
+    shutil.copy(fall_detector_or_skip(), root / "yolov8s.onnx")
     photos = root / "photos"
     photos.mkdir()
     source = Path(os.path.dirname(skimage_data.__file__))

