@@ -8,9 +8,9 @@ Usage: python scripts/stress.py [--runs N] [--python PYTHON ...] [--burners K] [
   --burners  busy-loop processes beside the suite (default: one per core), the load a cold CI
              run's image builds put on the suite.
 
-The suite is this checkout's, and so is the code it tests: its folder and plugin/ lead PYTHONPATH,
-so a venv installed (editable) from another checkout can run it. Exit status: 0 when every run
-passed, 1 otherwise. Each run's output is kept in --logs.
+The venvs are this checkout's (installed from it, editable): nothing is added to PYTHONPATH, which
+would make the checkout's folders importable and fail tests/test_import_footprint.py. Exit status:
+0 when every run passed, 1 otherwise. Each run's output is kept in --logs.
 """
 
 from __future__ import annotations
@@ -47,16 +47,11 @@ def run_suite(
 ) -> tuple[int | None, list[str], float]:
     """One run of the suite: (exit status or None on timeout, failing ids, seconds)."""
     began = time.monotonic()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO), str(REPO / "plugin"), env.get("PYTHONPATH")) if p
-    )
     with log.open("w") as out:
         try:
             code: int | None = subprocess.run(
                 [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
                 cwd=REPO,
-                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
