@@ -39,5 +39,6 @@ in_root /bin/sh -ec '
   python -c "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) for m in (\"cv2\", \"onnxruntime\")))"
   rknpu-device-plugin --help >/dev/null
   rknpu-exporter --help >/dev/null
+  mkdir -p /tmp/dp  # the kubelet folder: the plugin never creates it
   rknpu-device-plugin --device-plugin-dir /tmp/dp --fail-on-init-error && exit 1 || echo "(plugin exits 1 here as it should: no NPU)"'
 echo "verify-arm64: ok"

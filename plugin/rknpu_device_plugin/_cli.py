@@ -17,6 +17,7 @@ from rknpu_serverkit import (
     ActorGroup,
     ServerProgram,
     check_host_root,
+    check_kubelet_folder,
     check_modules,
     check_readable_file,
     check_writable_folder,
@@ -53,7 +54,7 @@ def preflight(settings: PluginSettings) -> None:
         needed["prometheus_client"] = "--metrics-address"
     check_modules(needed, "pip install 'rknnlaunch[plugin]' (the plugin's image has it)")
     check_host_root(settings.host_root)
-    check_writable_folder(settings.device_plugin_dir, "--device-plugin-dir")
+    check_kubelet_folder(settings.device_plugin_dir, "--device-plugin-dir")
     if settings.cdi:
         check_writable_folder(settings.cdi_dir, "--cdi-dir")
     if settings.nfd_dir is not None:
@@ -192,7 +193,7 @@ def _supervisor(settings: PluginSettings, resources: ResourceManager, events: Pl
         settings.device_plugin_dir,
         endpoint_for,
         service,
-        KubeletRegistration(events),
+        KubeletRegistration(events, settings.kubelet_wait_notice),
         before_serve=before_serve,
         use_inotify=settings.inotify,
     )

@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, NoDecode
 
 from rknpu_node import DEFAULT_RESOURCE_NAME, DEFAULT_VIDEO_REPLICAS, NodeSettingsChecks
 from rknpu_serverkit import (
+    KUBELET_WAIT_NOTICE_S,
     LOG_FORMATS,
     LOG_LEVELS,
     LogFormat,
@@ -114,6 +115,13 @@ class PluginSettings(NodeSettingsChecks, BaseSettings):
         ge=1,
         le=256,
         description="--vpu: how many pods may hold rockchip.com/vpu at once (the decoder is shared)",
+    )
+    kubelet_wait_notice: float = Field(
+        KUBELET_WAIT_NOTICE_S,
+        gt=0,
+        le=86400,
+        description="seconds without the kubelet before one warning naming the folder it watches "
+        "(--device-plugin-dir)",
     )
     nfd_dir: Path | None = Field(
         None,

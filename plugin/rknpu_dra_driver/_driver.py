@@ -102,7 +102,7 @@ class Driver:
         board.notify(metrics.collect_health)
         servers = KubeletServers(
             store, board, settings.driver_name, settings.resolved_plugin_dir, settings.registration_dir,
-            settings.instance_id, settings.inotify,
+            settings.instance_id, settings.inotify, settings.kubelet_wait_notice,
         )  # fmt: skip
         servers.start()
         metrics_server = self._metrics_server(metrics, servers, publisher)

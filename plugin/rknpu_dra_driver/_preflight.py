@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from rknnlaunch import SettingsError
-from rknpu_serverkit import check_host_root, check_modules, check_readable_file, check_writable_folder
+from rknpu_serverkit import (
+    check_host_root,
+    check_kubelet_folder,
+    check_modules,
+    check_readable_file,
+    check_writable_folder,
+)
 
 from ._settings import DraSettings
 
@@ -35,8 +41,8 @@ def preflight(settings: DraSettings, environ: Mapping[str, str]) -> None:
         needed["inotify_simple"] = "--inotify (or pass --no-inotify)"
     check_modules(needed, INSTALL_FIX)
     check_host_root(settings.host_root)
-    check_writable_folder(settings.registration_dir, "--registration-dir")
-    check_writable_folder(settings.resolved_plugin_dir, "--plugin-dir")
+    check_kubelet_folder(settings.registration_dir, "--registration-dir")
+    check_kubelet_folder(settings.resolved_plugin_dir, "--plugin-dir")
     check_writable_folder(settings.cdi_dir, "--cdi-dir")
     if settings.kubeconfig:
         check_kubeconfig(settings.kubeconfig)

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, NoDecode
 from rknnlaunch.settings import DRA_DRIVER_NAME
 from rknpu_node import NodeSettingsChecks
 from rknpu_serverkit import (
+    KUBELET_WAIT_NOTICE_S,
     LOG_FORMATS,
     LOG_LEVELS,
     LogFormat,
@@ -127,6 +128,13 @@ class DraSettings(NodeSettingsChecks, BaseSettings):
     probe_interval: float = Field(300.0, gt=0, le=86400, description="seconds between probe rounds")
     probe_timeout: float = Field(
         20.0, gt=0, le=600, description="seconds one core's probe may take before the core counts as hung"
+    )
+    kubelet_wait_notice: float = Field(
+        KUBELET_WAIT_NOTICE_S,
+        gt=0,
+        le=86400,
+        description="seconds without the kubelet before one warning naming the folder it watches "
+        "(--registration-dir)",
     )
     log_format: LogFormat = Field("text", description="log line format")
     log_level: LogLevel = Field("info", description="log level")

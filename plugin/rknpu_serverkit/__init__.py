@@ -8,9 +8,12 @@ driver): lifecycle actors, stop signals, log lines, settings flags, start-up che
   SIGTERM and SIGINT are a clean stop (exit 0); the process ends without interpreter teardown.
 - **Logging** (`setup_logging`, `JsonFormatter`, `TextFormatter`, `MAX_LOG_LINE_CHARS`;
   `rknpu_serverkit._logging`): one bounded line per record, text or JSON.
-- **Start-up checks** (`check_host_root`, `check_writable_folder`, `check_readable_file`,
-  `check_modules`, `os_error_with_fix`; `rknpu_serverkit._preflight`): every input checked before a
-  server binds or registers anything (`server_main`'s ``preflight``), exit 2 with a fix.
+- **Start-up checks** (`check_host_root`, `check_kubelet_folder`, `check_output_folder`,
+  `check_writable_folder`, `check_readable_file`, `check_modules`, `os_error_with_fix`;
+  `rknpu_serverkit._preflight`): every input checked before a server binds or registers anything
+  (`server_main`'s ``preflight``), exit 2 with a fix; a kubelet's folder is never created.
+- **The kubelet's absence** (`KubeletWaitNotice`, `KUBELET_WAIT_NOTICE_S`;
+  `rknpu_serverkit._kubelet_wait`): one warning, naming the folder, when it has not come in 30 s.
 - **Serving** (`Supervisor`, `Endpoint`, `Registration`, `Servicer`, `socket_answers`;
   `rknpu_serverkit._serving`, gRPC loaded on first use): serve a unix socket, register, watch the
   folder, serve again; "is anyone serving this socket" answered once.
@@ -67,12 +70,15 @@ from ._flags import (
     split_device_list,
 )
 from ._group import ActorDied, ActorGroup, closing_actor
+from ._kubelet_wait import KUBELET_WAIT_NOTICE_S, KubeletWaitNotice
 from ._logging import MAX_LOG_LINE_CHARS, JsonFormatter, TextFormatter, setup_logging
 from ._main import ServerProgram, ServerSettings, server_main
 from ._preflight import (
     PERMISSION_FIX,
     check_host_root,
+    check_kubelet_folder,
     check_modules,
+    check_output_folder,
     check_readable_file,
     check_writable_folder,
     os_error_with_fix,
@@ -134,7 +140,9 @@ __all__ = [
     "write_atomic",
     "ActorDied",
     "check_host_root",
+    "check_kubelet_folder",
     "check_modules",
+    "check_output_folder",
     "check_readable_file",
     "check_writable_folder",
     "os_error_with_fix",
@@ -145,6 +153,8 @@ __all__ = [
     "MAX_LOG_LINE_CHARS",
     "STOP_SIGNALS",
     "ActorGroup",
+    "KUBELET_WAIT_NOTICE_S",
+    "KubeletWaitNotice",
     "JsonFormatter",
     "LogFormat",
     "LogLevel",

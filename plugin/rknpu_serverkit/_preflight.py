@@ -57,9 +57,7 @@ def check_writable_folder(path: str | os.PathLike[str], flag: str) -> None:
     """A folder the server writes (a socket, a spec, a label file): a writable folder, or one it can
     create (its nearest existing parent is a writable folder). Files where a folder belongs refused."""
     folder = Path(path)
-    existing = folder.absolute()
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = _nearest_existing(folder)
     if not existing.is_dir():
         where = folder if existing == folder.absolute() else f"{folder} (its parent {existing})"
         raise SettingsError(
@@ -72,6 +70,43 @@ def check_writable_folder(path: str | os.PathLike[str], flag: str) -> None:
         raise SettingsError(
             f"{flag} {folder}: cannot create it: Permission denied on {existing}", PERMISSION_FIX
         )
+
+
+KUBELET_FOLDER_FIX = (
+    "point {flag} at the folder the kubelet made on this node (check for a typo, the kubelet's "
+    "--root-dir and the DaemonSet's hostPath); a server never creates a kubelet's folder"
+)
+
+
+def check_kubelet_folder(path: str | os.PathLike[str], flag: str) -> None:
+    """A folder the kubelet makes and watches (device-plugins, plugins_registry, the DRA plugin
+    folder): it must exist, since a missing one is a typo or no kubelet, never ours to create;
+    then as `check_writable_folder`."""
+    folder = Path(path)
+    if not folder.exists() and _nearest_existing(folder).is_dir():  # (a file on the way: said below)
+        raise SettingsError(f"{flag} {folder}: no such folder", KUBELET_FOLDER_FIX.format(flag=flag))
+    check_writable_folder(folder, flag)
+
+
+def check_output_folder(path: str | os.PathLike[str], flag: str) -> None:
+    """A folder the server writes its files into and may create (node-exporter's textfile folder):
+    it or its parent must exist (a missing parent is a typo); then as `check_writable_folder`."""
+    folder = Path(path)
+    parent = folder.absolute().parent
+    if not folder.exists() and not parent.exists():
+        raise SettingsError(
+            f"{flag} {folder}: its parent {parent} does not exist",
+            f"point {flag} at a folder on an existing path (check for a typo); the server creates "
+            "at most the last folder",
+        )
+    check_writable_folder(folder, flag)
+
+
+def _nearest_existing(folder: Path) -> Path:
+    existing = folder.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    return existing
 
 
 def check_readable_file(path: str | os.PathLike[str], flag: str, fix: str) -> None:

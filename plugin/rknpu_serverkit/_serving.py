@@ -271,7 +271,7 @@ class Supervisor:
         self._wake.clear()
 
     def run(self, stop: threading.Event) -> None:
-        self._plugin_dir.mkdir(parents=True, exist_ok=True)
+        # The folder is the kubelet's: checked at start (check_kubelet_folder), never created here.
         watcher = FolderWatcher([self._plugin_dir], use_inotify=self._use_inotify)
         self._watcher = watcher
         check = CHECK_INTERVAL_INOTIFY if watcher.uses_inotify else CHECK_INTERVAL_POLLING

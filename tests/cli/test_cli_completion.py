@@ -32,7 +32,7 @@ def complete(script: Path, *words: str) -> list[str]:
         'printf "%s\\n" "${COMPREPLY[@]}"\n'
     )
     done = subprocess.run(
-        ["bash", "-c", program, "bash", *words], capture_output=True, text=True, timeout=30, check=True
+        ["bash", "-c", program, "bash", *words], capture_output=True, text=True, timeout=120, check=True
     )
     return [line for line in done.stdout.splitlines() if line]
 
@@ -51,7 +51,7 @@ def test_bash_registers_the_function(bash_script: Path) -> None:
         ["bash", "-c", f"source {bash_script} && complete -p rknnlaunch"],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=120,
         check=True,
     )
     assert done.stdout.strip() == "complete -o default -F _rknnlaunch rknnlaunch"

@@ -23,8 +23,11 @@ DRIVER = "npu.rockchip.com"
 def dra_settings(root: Path, api: FakeApiServer, **overrides: Any) -> DraSettings:
     """The rigs' settings (the one factory): a fixture RK3588 made under ``root``, the fake API
     server's kubeconfig, short folders (unix socket paths are limited to 107 bytes), a quick
-    health loop, the per-core layout; ``overrides`` change any field."""
+    health loop, the per-core layout; ``overrides`` change any field. The kubelet's two folders
+    are made first, as the kubelet makes them: the driver never creates them."""
     make_host("rk3588-drm", root / "host")
+    for folder in ("registry", "plugin"):
+        (root / folder).mkdir(exist_ok=True)
     fields: dict[str, Any] = {
         "host_root": root / "host",
         "node_name": NODE,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from awaiting import PATIENCE
 
 from rknpu_dra_driver._kubeapi.dra.v1 import api_pb2 as v1
 from rknpu_dra_driver._kubeapi.dra.v1 import api_pb2_grpc as v1_grpc
@@ -31,7 +32,7 @@ from rknpu_dra_driver._kubeapi.pluginregistration.v1 import api_pb2_grpc as reg_
 KUBELET_DEADLINE_S = 10.0
 
 
-def wait_for_socket(path: Path, timeout: float = 10.0) -> None:
+def wait_for_socket(path: Path, timeout: float = PATIENCE) -> None:
     """The pluginwatcher's job (it uses inotify): wait until a socket file appears and answers."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -73,7 +74,7 @@ class KubeletStub:
         current = self._current()
         return current[1] if current is not None else None
 
-    def register(self, timeout: float = 10.0) -> reg.PluginInfo:
+    def register(self, timeout: float = PATIENCE) -> reg.PluginInfo:
         """Wait for a registration socket not registered yet, then GetInfo and
         NotifyRegistrationStatus(registered), as kubelet's pluginwatcher does."""
         deadline = time.monotonic() + timeout

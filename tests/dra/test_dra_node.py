@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from awaiting import PATIENCE, eventually
 from drarig import DRIVER, NODE, DriverRig, dra_settings
 from kubeletstub import KubeletStub
 
@@ -80,12 +81,19 @@ def test_after_an_api_outage_the_true_state_is_published(rig: DriverRig) -> None
     rig.api.wait_slices(_three)
     rig.api.set_down(True)
     render = rig.host_root / "dev/dri/renderD129"
-    render.rename(render.with_suffix(".gone"))  # the NPU goes away during the outage
-    time.sleep(0.5)  # the outage lasts: the driver's writes fail meanwhile
+    publisher_log = logging.getLogger("rknpu_dra_driver.slices")
+    records = _Records()
+    publisher_log.addHandler(records)
+    try:
+        render.rename(render.with_suffix(".gone"))  # the NPU goes away during the outage
+        # The outage lasts until the driver has tried to publish the loss, and failed.
+        records.wait("cannot publish the ResourceSlices")
+    finally:
+        publisher_log.removeHandler(records)
     rig.api.set_down(False)
-    rig.api.wait_slices(lambda s: len(s) == 1 and slice_devices(s) == [], timeout=10)
+    rig.api.wait_slices(lambda s: len(s) == 1 and slice_devices(s) == [], timeout=PATIENCE)
     render.with_suffix(".gone").rename(render)
-    rig.api.wait_slices(_three, timeout=10)
+    rig.api.wait_slices(_three, timeout=PATIENCE)
 
 
 def _settings(rig: DriverRig, instance: str) -> DraSettings:
@@ -128,6 +136,8 @@ def test_a_rolling_update_hands_over_without_a_gap(rig: DriverRig, instances: li
     longest = [0.0]
     errors: list[str] = []
     done = threading.Event()
+    answered = [0]
+    progressed = threading.Condition()
 
     def prepares() -> None:  # the kubelet's calls, one after another, throughout the handover
         for name, uid in claims:
@@ -141,6 +151,9 @@ def test_a_rolling_update_hands_over_without_a_gap(rig: DriverRig, instances: li
             except Exception as exc:  # a call lost in the handover: the kubelet would retry it
                 errors.append(repr(exc))
             longest[0] = max(longest[0], time.monotonic() - began)
+            with progressed:
+                answered[0] += 1
+                progressed.notify_all()
 
     caller = threading.Thread(target=prepares)
     began = time.monotonic()
@@ -149,7 +162,9 @@ def test_a_rolling_update_hands_over_without_a_gap(rig: DriverRig, instances: li
     kubelet.register()  # ... and registers beside the old one
     instances[0].end()  # then the old pod stops
     assert kubelet.info is not None and kubelet.info.endpoint.endswith("dra-new-pod-uid.sock")
-    time.sleep(0.3)  # calls keep going to the new instance
+    with progressed:  # calls keep going to the new instance: a few more answered after the handover
+        handed_over = answered[0]
+        assert progressed.wait_for(lambda: answered[0] >= handed_over + 5, PATIENCE)
     done.set()
     caller.join(30)
     ended = time.monotonic()
@@ -186,7 +201,9 @@ def test_health_reaches_the_kubelet_within_1_s(rig: DriverRig) -> None:
     kubelet = rig.start()
     stream, changed, state = _health(kubelet)
     with changed:
-        assert changed.wait_for(lambda: len(state) > 3 and set(state.values()) == {health_pb.HEALTHY}, 10)
+        assert changed.wait_for(
+            lambda: len(state) > 3 and set(state.values()) == {health_pb.HEALTHY}, PATIENCE
+        )
     # The per-core devices and the larger core sets of the partitionable layout, by slice name.
     assert {"npu-core-0", "npu-core-1", "npu-core-2", "npu-cores-0-1-2"} <= set(state)
     render = rig.host_root / "dev/dri/renderD129"
@@ -238,12 +255,11 @@ def test_after_a_reboot_claims_are_prepared_again_and_gone_ones_cleaned(rig: Dri
     with rig.api.lock:
         del rig.api.claims[("default", "gone")]
     kubelet = rig.start()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # the stale claim goes once the API client is up
-        records = json.loads((rig.plugin_dir / CHECKPOINT_NAME).read_text())["claims"]
-        if [r["claim"]["uid"] for r in records] == [UID]:
-            break
-        time.sleep(0.05)
+    # The stale claim goes once the API client is up (a file the driver writes: polled).
+    records = eventually(
+        lambda: json.loads((rig.plugin_dir / CHECKPOINT_NAME).read_text())["claims"],
+        lambda found: [r["claim"]["uid"] for r in found] == [UID],
+    )
     assert [r["bootId"] for r in records] == ["boot-1"]
     reads = len([p for _m, p in rig.api.requests if p.endswith("/resourceclaims/kept")])
     again = kubelet.prepare([("default", "kept", UID)])
@@ -260,9 +276,34 @@ class _Records(logging.Handler):
     def __init__(self) -> None:
         super().__init__()
         self.messages: list[str] = []
+        self._said = threading.Condition()
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
+        with self._said:
+            self.messages.append(record.getMessage())
+            self._said.notify_all()
+
+    def wait(self, fragment: str, timeout: float = PATIENCE) -> None:
+        with self._said:
+            assert self._said.wait_for(lambda: any(fragment in m for m in self.messages), timeout), (
+                self.messages
+            )
+
+
+def test_a_kubelet_long_in_coming_is_said_once_with_the_folder(rig: DriverRig) -> None:
+    # --kubelet-wait-notice is 30 s by default; the line is awaited, never slept for.
+    rig.settings = rig.settings.model_copy(update={"kubelet_wait_notice": 0.3})
+    kubelet_log = logging.getLogger("rknpu_dra_driver.kubelet")
+    records = _Records()
+    kubelet_log.addHandler(records)
+    try:
+        rig.launch()  # served, and no kubelet registers it
+        records.wait("still waiting for the kubelet after 0.3 s")
+        # Its NotifyRegistrationStatus is answered once the driver has taken the registration.
+        KubeletStub(rig.settings.registration_dir, DRIVER).register()
+    finally:
+        kubelet_log.removeHandler(records)
+    assert len([m for m in records.messages if m.startswith("still waiting")]) == 1
 
 
 def test_a_deleted_registration_socket_is_served_again(rig: DriverRig) -> None:
@@ -276,7 +317,7 @@ def test_a_deleted_registration_socket_is_served_again(rig: DriverRig) -> None:
         path.unlink()
         began = time.monotonic()
         again = KubeletStub(rig.settings.registration_dir, DRIVER)
-        again.register(timeout=5)
+        again.register(timeout=PATIENCE)
         print(f"\nregistration socket served again in {time.monotonic() - began:.3f} s")
     finally:
         supervisor_log.removeHandler(records)
@@ -322,7 +363,9 @@ def test_a_health_change_with_metrics_on_freezes_nothing(rig: DriverRig) -> None
     rig.api.wait_slices(_three)
     stream, changed, state = _health(kubelet)
     with changed:
-        assert changed.wait_for(lambda: len(state) > 3 and set(state.values()) == {health_pb.HEALTHY}, 10)
+        assert changed.wait_for(
+            lambda: len(state) > 3 and set(state.values()) == {health_pb.HEALTHY}, PATIENCE
+        )
     render = rig.host_root / "dev/dri/renderD129"
     render.rename(render.with_suffix(".gone"))
     with changed:
@@ -370,16 +413,13 @@ def test_readyz_waits_for_the_slice_too(rig: DriverRig) -> None:
     rig.api.set_down(False)
     rig.api.wait_slices(_three)
     # The flag is set in the driver right after the write returns: no event of ours to await.
-    deadline = time.monotonic() + 5
-    while _readyz(port) != 200:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    assert eventually(lambda: _readyz(port), lambda code: code == 200) == 200
 
 
 def test_start_to_slice_is_quick(rig: DriverRig) -> None:
     began = time.monotonic()
     rig.start()
-    rig.api.wait_slices(_three, timeout=10)
+    rig.api.wait_slices(_three, timeout=PATIENCE)
     print(f"\nstart to slice (in process) {time.monotonic() - began:.3f} s")
 
 
@@ -402,7 +442,7 @@ def test_a_core_failing_its_probe_reads_unhealthy_within_1_s(rig: DriverRig) -> 
         kubelet.register()
         stream, changed, state = _health(kubelet)
         with changed:
-            assert changed.wait_for(lambda: set(state.values()) == {health_pb.HEALTHY}, 10)
+            assert changed.wait_for(lambda: set(state.values()) == {health_pb.HEALTHY}, PATIENCE)
         began = time.monotonic()
         resources.set_probe_failures({1: "the probe hung"})  # what ProbeLoop reports for core 1
         with changed:
@@ -488,8 +528,14 @@ def test_an_instance_with_an_id_waits_for_one_without(rig: DriverRig, instances:
     # The first upgrade from a driver without instance ids: it knows neither serialize.lock nor
     # this checkpoint, so the new pod waits for it (the old gap, once).
     kubelet = rig.start()
-    instances.append(_Instance(_settings(rig, "new-pod-uid")))
-    time.sleep(0.5)  # long enough for it to serve, were it not waiting (nothing to await)
+    lock_log = logging.getLogger("rknpu_dra_driver.instance")
+    records = _Records()
+    lock_log.addHandler(records)
+    try:
+        instances.append(_Instance(_settings(rig, "new-pod-uid")))
+        records.wait("another rknpu-dra-driver serves this node; waiting")  # it waits, and says so
+    finally:
+        lock_log.removeHandler(records)
     assert not (rig.plugin_dir / "dra-new-pod-uid.sock").exists()
     assert kubelet.info is not None and kubelet.info.endpoint.endswith("/dra.sock")
     rig.end()

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from awaiting import PATIENCE, Child
 from drarig import DRIVER, NODE, DriverRig
 from kubeletstub import KubeletStub
 
@@ -84,50 +85,43 @@ def _args(settings: DraSettings) -> list[str]:
 
 
 @pytest.fixture
-def spawn(rig: DriverRig) -> Iterator[list[subprocess.Popen[str]]]:
-    made: list[subprocess.Popen[str]] = []
+def spawn(rig: DriverRig) -> Iterator[list[Child[str]]]:
+    made: list[Child[str]] = []
     yield made
     for process in made:
         if process.poll() is None:
-            process.kill()
-            process.wait(10)
+            process.process.kill()
+        process.wait()
 
 
-def _start(rig: DriverRig, spawn: list[subprocess.Popen[str]]) -> tuple[subprocess.Popen[str], KubeletStub]:
-    process = subprocess.Popen(
-        _args(rig.settings),
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": _PATHS},
-    )
+def _start(rig: DriverRig, spawn: list[Child[str]]) -> tuple[Child[str], KubeletStub]:
+    # Its stderr is read as it comes (a pipe nobody reads fills and blocks the driver's logging).
+    process = Child(_args(rig.settings), parse=str, env={**os.environ, "PYTHONPATH": _PATHS})
     spawn.append(process)
     kubelet = KubeletStub(rig.settings.registration_dir, DRIVER)
-    kubelet.register(timeout=60)
+    kubelet.register(timeout=PATIENCE)
     return process, kubelet
 
 
-def test_sigterm_stops_cleanly_and_keeps_the_slice(
-    rig: DriverRig, spawn: list[subprocess.Popen[str]]
-) -> None:
+def test_sigterm_stops_cleanly_and_keeps_the_slice(rig: DriverRig, spawn: list[Child[str]]) -> None:
     process, kubelet = _start(rig, spawn)
-    rig.api.wait_slices(lambda s: len(s) == 1, timeout=60)
+    rig.api.wait_slices(lambda s: len(s) == 1, timeout=PATIENCE)
     kubelet.close()
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(10) == 0
-    stderr = process.stderr.read() if process.stderr else ""
-    assert all(json.loads(line) for line in stderr.splitlines())  # every line JSON
+    process.signal(signal.SIGTERM)
+    assert process.wait() == 0  # exited, and its output drained
+    assert all(json.loads(line) for line in process.lines)  # every line JSON
     assert len(rig.api.slices) == 1  # the next instance takes it over
     assert not (rig.plugin_dir / "dra.sock").exists()
 
 
-def test_kill_9_during_prepares_loses_nothing(rig: DriverRig, spawn: list[subprocess.Popen[str]]) -> None:
+def test_kill_9_during_prepares_loses_nothing(rig: DriverRig, spawn: list[Child[str]]) -> None:
     claims = [("default", f"c{i}", str(uuid.uuid4())) for i in range(40)]
     # adminAccess: 40 claims may then share core 0 (the driver refuses to double-book it otherwise).
     result = {"request": "npu", "driver": DRIVER, "pool": NODE, "device": "npu-core-0", "adminAccess": True}
     for namespace, name, uid in claims:
         rig.api.add_claim(namespace, name, uid, [result])
     process, kubelet = _start(rig, spawn)
-    rig.api.wait_slices(lambda s: len(s) == 1, timeout=60)  # the API client is up
+    rig.api.wait_slices(lambda s: len(s) == 1, timeout=PATIENCE)  # the API client is up
     answered: list[str] = []
     fifth = threading.Event()
 
@@ -143,10 +137,10 @@ def test_kill_9_during_prepares_loses_nothing(rig: DriverRig, spawn: list[subpro
 
     thread = threading.Thread(target=storm)
     thread.start()
-    assert fifth.wait(60)
+    assert fifth.wait(PATIENCE)
     os.kill(process.pid, signal.SIGKILL)  # mid-storm: the 6th prepare is somewhere in flight
-    process.wait(10)
-    thread.join(30)
+    process.wait()
+    thread.join(PATIENCE)
     kubelet.close()
 
     process, kubelet = _start(rig, spawn)
@@ -162,5 +156,5 @@ def test_kill_9_during_prepares_loses_nothing(rig: DriverRig, spawn: list[subpro
     assert list(rig.cdi_dir.glob("*.json")) == []
     assert json.loads((rig.plugin_dir / CHECKPOINT_NAME).read_text())["claims"] == []
     kubelet.close()
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(10) == 0
+    process.signal(signal.SIGTERM)
+    assert process.wait() == 0

@@ -53,6 +53,7 @@ class Claims:
 class Node:
     def __init__(self, root: Path) -> None:
         make_host("rk3588-drm", root / "host")
+        (root / "plugin").mkdir()  # the kubelet's folder (the driver never creates it)
         self.root = root
         self.api = Claims()
         self.resources = ResourceManager(HostRoot(root / "host"), NullEvents())

@@ -13,7 +13,6 @@ import json
 import os
 import queue
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -24,11 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from awaiting import PATIENCE, Child
 
 from rknpu_device_plugin._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
 from rknpu_device_plugin._kubeapi.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 
 KUBELET_SOCKET = "kubelet.sock"
+RPC_TIMEOUT = 30.0
+"""A call's deadline: a hang, not a loaded machine (the benchmark measures call times)."""
 
 
 class _Registration(pb_grpc.RegistrationServicer):
@@ -91,7 +93,7 @@ class FakeKubelet:
             if path.is_socket():
                 path.unlink()
 
-    def wait_registration(self, timeout: float = 10.0) -> tuple[float, pb.RegisterRequest]:
+    def wait_registration(self, timeout: float = PATIENCE) -> tuple[float, pb.RegisterRequest]:
         try:
             return self.requests.get(timeout=timeout)
         except queue.Empty:
@@ -132,14 +134,14 @@ class DeviceStream:
             self.messages.put(None)
             self.ended.set()
 
-    def next(self, timeout: float = 5.0) -> list[tuple[str, str]] | None:
+    def next(self, timeout: float = PATIENCE) -> list[tuple[str, str]] | None:
         try:
             return self.messages.get(timeout=timeout)
         except queue.Empty:
             raise AssertionError(f"no ListAndWatch message within {timeout} s") from None
 
     def wait_for(
-        self, predicate: Callable[[list[tuple[str, str]]], bool], timeout: float = 5.0
+        self, predicate: Callable[[list[tuple[str, str]]], bool], timeout: float = PATIENCE
     ) -> tuple[list[tuple[str, str]], float]:
         """The first message matching ``predicate`` and when it arrived (monotonic)."""
         deadline = time.monotonic() + timeout
@@ -161,8 +163,17 @@ def all_health(health: str) -> Callable[[list[tuple[str, str]]], bool]:
     return lambda devices: bool(devices) and all(h == health for _, h in devices)
 
 
+def _json_line(raw: str) -> dict[str, Any]:
+    try:
+        line: dict[str, Any] = json.loads(raw)
+    except json.JSONDecodeError:
+        return {"msg": raw, "level": "raw"}
+    return line
+
+
 class PluginProcess:
-    """The real plugin (`python -m rknpu_device_plugin`), its JSON log lines collected as they come."""
+    """The real plugin (`python -m rknpu_device_plugin`), its JSON log lines collected as they come
+    (tests/awaiting.py's Child: ``wait`` returns once it has exited and every line is read)."""
 
     def __init__(
         self, host_root: Path, plugin_dir: Path, *args: str, env: dict[str, str] | None = None
@@ -181,65 +192,35 @@ class PluginProcess:
         ]
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("RKNPU_PLUGIN_")}
         full_env.update(env or {})
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env
-        )
-        self.lines: list[dict[str, Any]] = []
-        self._new_line = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        self.child = Child(command, parse=_json_line, env=full_env)
+        self.process = self.child.process
 
     @property
     def pid(self) -> int:
-        return self.process.pid
+        return self.child.pid
 
-    def _read(self) -> None:
-        assert self.process.stderr is not None
-        for raw in self.process.stderr:
-            try:
-                line = json.loads(raw)
-            except json.JSONDecodeError:
-                line = {"msg": raw.rstrip(), "level": "raw"}
-            with self._new_line:
-                self.lines.append(line)
-                self._new_line.notify_all()
-        with self._new_line:
-            self.lines.append({"msg": "<eof>", "level": "eof"})
-            self._new_line.notify_all()
+    @property
+    def lines(self) -> list[dict[str, Any]]:
+        """The lines read so far; every line once :meth:`wait` or :meth:`stop` has returned."""
+        return self.child.snapshot()
 
-    def wait_log(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        with self._new_line:
-            seen = 0
-            while True:
-                for line in self.lines[seen:]:
-                    if predicate(line):
-                        return line
-                seen = len(self.lines)
-                left = deadline - time.monotonic()
-                if left <= 0 or (self.lines and self.lines[-1].get("level") == "eof"):
-                    raise AssertionError(f"no matching log line; got: {self.lines[-20:]}")
-                self._new_line.wait(left)
+    def wait_log(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = PATIENCE
+    ) -> dict[str, Any]:
+        return self.child.wait_line(predicate, timeout)
 
     def logs(self, message: str) -> list[dict[str, Any]]:
-        with self._new_line:
-            return [line for line in self.lines if line.get("msg") == message]
+        return [line for line in self.child.snapshot() if line.get("msg") == message]
 
     def signal(self, signum: int = signal.SIGTERM) -> None:
-        self.process.send_signal(signum)
+        self.child.signal(signum)
 
-    def wait(self, timeout: float = 5.0) -> int:
-        return self.process.wait(timeout)
+    def wait(self, timeout: float = PATIENCE) -> int:
+        """The exit status, once the plugin has exited and its output is drained."""
+        return self.child.wait(timeout)
 
     def stop(self) -> int:
-        if self.process.poll() is None:
-            self.signal(signal.SIGTERM)
-            try:
-                return self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                return self.process.wait(5)
-        return self.process.returncode
+        return self.child.stop()
 
     def rss_bytes(self) -> int:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
@@ -252,7 +233,7 @@ def allocate(stub: pb_grpc.DevicePluginStub, *containers: Sequence[str]) -> pb.A
     request = pb.AllocateRequest(
         container_requests=[pb.ContainerAllocateRequest(devices_ids=list(ids)) for ids in containers]
     )
-    response: pb.AllocateResponse = stub.Allocate(request, timeout=5)
+    response: pb.AllocateResponse = stub.Allocate(request, timeout=RPC_TIMEOUT)
     return response
 
 
@@ -266,7 +247,7 @@ def preferred(
             )
         ]
     )
-    response = stub.GetPreferredAllocation(request, timeout=5)
+    response = stub.GetPreferredAllocation(request, timeout=RPC_TIMEOUT)
     return list(response.container_responses[0].deviceIDs)
 
 

@@ -13,6 +13,7 @@ import time
 
 import grpc
 import pytest
+from awaiting import PATIENCE
 from fakekubelet import DeviceStream, RigFactory, all_health, allocate, ids_of, preferred
 
 from fakehost import char_device
@@ -239,7 +240,7 @@ def test_driver_unload_marks_every_core_unhealthy(rig_factory: RigFactory) -> No
     for name in ("card1", "renderD129"):  # what rmmod rknpu takes away: sysfs class entries and nodes
         (rig.host_root / f"sys/class/drm/{name}").unlink()
         (rig.host_root / f"dev/dri/{name}").unlink()
-    devices, _ = stream.wait_for(all_health("Unhealthy"), timeout=5)
+    devices, _ = stream.wait_for(all_health("Unhealthy"))
     assert ids_of(devices) == ["npu-core-0", "npu-core-1"]
 
 
@@ -279,7 +280,7 @@ def test_idle_streams_never_starve_allocate(rig_factory: RigFactory) -> None:
     assert rig.registration is not None
     held = [DeviceStream(rig.kubelet.plugin_stub(rig.registration.endpoint)) for _ in range(40)]
     for stream in held:
-        stream.wait_for(all_health("Healthy"), timeout=20)
+        stream.wait_for(all_health("Healthy"))
     assert allocate(rig.stub(), ["npu-core-2"]).container_responses[0].envs["RKNN_NPU_CORES"] == "2"
     assert preferred(rig.stub(), RK3588_IDS, [], 1) == ["npu-core-2"]
     rig.plugin.signal(signal.SIGTERM)
@@ -327,20 +328,20 @@ def test_kubelet_dialing_back_during_register_gets_the_devices(rig_factory: RigF
     rig.kubelet.start()
     rig.kubelet.wait_registration()
     expected = [("npu-core-0", "Healthy"), ("npu-core-1", "Healthy")]
-    first = rig.kubelet.streams.get(timeout=5)
+    first = rig.kubelet.streams.get(timeout=PATIENCE)
     assert first.next() == expected
     rig.plugin.wait_log(lambda entry: entry["msg"] == "registered with kubelet")
     rig.kubelet.restart()
     rig.kubelet.wait_registration()
     assert first.ended.wait(5)
-    assert rig.kubelet.streams.get(timeout=5).next() == expected
+    assert rig.kubelet.streams.get(timeout=PATIENCE).next() == expected
 
 
 def test_losing_only_our_socket_triggers_serve_and_register(rig_factory: RigFactory) -> None:
     rig = rig_factory("rk3588-drm", "--no-inotify")
     assert rig.registration is not None
     (rig.plugin_dir / rig.registration.endpoint).unlink()
-    rig.kubelet.wait_registration(timeout=5)
+    rig.kubelet.wait_registration()
     assert allocate(rig.stub(), ["npu-core-0"]).container_responses
 
 
@@ -348,7 +349,21 @@ def test_waits_for_kubelet_then_registers(rig_factory: RigFactory) -> None:
     rig = rig_factory("rk3588-drm", kubelet=False, register=False)
     rig.plugin.wait_log(lambda entry: entry["msg"] == "waiting for kubelet.sock")
     rig.kubelet.start()
-    rig.kubelet.wait_registration(timeout=5)
+    rig.kubelet.wait_registration()
+
+
+def test_a_kubelet_long_in_coming_is_said_once_with_the_folder(rig_factory: RigFactory) -> None:
+    # --kubelet-wait-notice is 30 s by default; the line is awaited, never slept for.
+    rig = rig_factory("rk3588-drm", "--kubelet-wait-notice", "0.5", kubelet=False, register=False)
+    line = rig.plugin.wait_log(lambda entry: entry["msg"].startswith("still waiting for the kubelet"))
+    assert line["level"] == "warning" and line["msg"] == "still waiting for the kubelet after 0.5 s"
+    assert line["folder"] == str(rig.plugin_dir) and "--device-plugin-dir" in line["fix"]
+    rig.kubelet.start()
+    rig.kubelet.wait_registration()
+    rig.plugin.wait_log(lambda entry: entry["msg"] == "registered with kubelet")
+    assert rig.plugin.stop() == 0  # every line read
+    notices = [entry for entry in rig.plugin.lines if entry["msg"].startswith("still waiting")]
+    assert len(notices) == 1
 
 
 def test_stale_socket_of_ours_is_replaced_and_others_are_left_alone(rig_factory: RigFactory) -> None:
@@ -386,7 +401,7 @@ def test_second_instance_waits_instead_of_stealing_the_socket(rig_factory: RigFa
         assert ours.stat().st_ino == first_inode and rig.kubelet.no_registration(0.3)
         rig.plugin.signal(signal.SIGTERM)  # the old instance goes (a rollout): the new one takes over
         assert rig.plugin.wait() == 0
-        rig.kubelet.wait_registration(timeout=5)
+        rig.kubelet.wait_registration()
         second.wait_log(lambda entry: entry["msg"] == "registered with kubelet")
     finally:
         assert second.stop() == 0
@@ -430,7 +445,7 @@ def test_no_npu_logs_one_actionable_line_and_registers_nothing(rig_factory: RigF
 
 def test_fail_on_init_error_exits_1(rig_factory: RigFactory) -> None:
     rig = rig_factory("no-npu", "--fail-on-init-error", register=False)
-    assert rig.plugin.wait(timeout=10) == 1
+    assert rig.plugin.wait() == 1  # exited, and every line read
     errors = [entry for entry in rig.plugin.lines if entry["level"] == "error"]
     assert [entry["msg"] for entry in errors] == [
         "no usable NPU; exiting with status 1 (--fail-on-init-error)"
@@ -444,7 +459,7 @@ def test_late_driver_load_is_picked_up(rig_factory: RigFactory) -> None:
     rig = rig_factory(None, "--health-interval", "0.2", register=False)
     rig.plugin.wait_log(lambda entry: entry["level"] == "error")
     make_host("rk3568", rig.host_root)
-    _, request = rig.kubelet.wait_registration(timeout=5)
+    _, request = rig.kubelet.wait_registration()
     assert request.resource_name == "rockchip.com/npu"
     stream = DeviceStream(rig.kubelet.plugin_stub(request.endpoint))
     stream.wait_for(lambda devices: devices == [("npu-core-0", "Healthy")])
@@ -466,7 +481,7 @@ def test_env_settings_apply_and_flags_win(rig_factory: RigFactory) -> None:
 def test_help_works(command: list[str]) -> None:
     if command[0] == "rknpu-device-plugin":
         command = [os.path.join(os.path.dirname(sys.executable), "rknpu-device-plugin")]
-    result = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=30)
+    result = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=PATIENCE)
     assert result.returncode == 0
     assert "--fail-on-init-error" in result.stdout and "RKNPU_PLUGIN_" in result.stdout
 
@@ -476,7 +491,7 @@ def test_bad_settings_exit_2_with_a_fix() -> None:
         [sys.executable, "-m", "rknpu_device_plugin", "--replicas", "3"],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=PATIENCE,
     )
     assert result.returncode == 2
     assert "replicas only apply to --mode shared" in result.stderr and "fix:" in result.stderr
@@ -489,7 +504,7 @@ def test_plugin_imports_without_cv2_or_onnxruntime() -> None:
         "bad = [m for m in ('cv2', 'onnxruntime', 'matplotlib', 'rich') if m in sys.modules]; "
         "sys.exit(1 if bad else 0)"
     )
-    assert subprocess.run([sys.executable, "-c", code], timeout=30).returncode == 0
+    assert subprocess.run([sys.executable, "-c", code], timeout=PATIENCE).returncode == 0
 
 
 def test_metrics_address_serves_the_plugin_events(rig_factory: RigFactory) -> None:

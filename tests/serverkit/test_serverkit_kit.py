@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import threading
+from pathlib import Path
 
 import pytest
 from pydantic import Field, field_validator
@@ -138,3 +139,44 @@ def test_log_lines_stay_short_and_on_one_line() -> None:
         stop()
     [line] = stream.getvalue().splitlines()
     assert "forged\\r\\x1b[2Kline | next" in line and "id=a\\x00b" in line
+
+
+class _Said(logging.Handler):
+    """Records as they come, awaitable (no sleep)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+        self.changed = threading.Condition()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self.changed:
+            self.records.append(record)
+            self.changed.notify_all()
+
+
+def test_the_kubelet_wait_notice_is_said_once_with_the_folder(tmp_path: Path) -> None:
+    from rknpu_serverkit import KUBELET_WAIT_NOTICE_S, KubeletWaitNotice
+
+    assert KUBELET_WAIT_NOTICE_S == 30.0
+    logger = logging.getLogger("kit-test.kubelet-wait")
+    said = _Said()
+    logger.addHandler(said)
+    try:
+        notice = KubeletWaitNotice(logger, tmp_path, "--device-plugin-dir", after=0.05)
+        notice.start()
+        notice.start()  # still the same wait: one timer
+        with said.changed:
+            assert said.changed.wait_for(lambda: said.records, 60)
+        notice.stop()  # the kubelet came
+        [record] = said.records
+        assert record.levelno == logging.WARNING
+        assert record.getMessage() == "still waiting for the kubelet after 0.05 s"
+        fields = record.fields  # type: ignore[attr-defined]
+        assert fields["folder"] == str(tmp_path) and "--device-plugin-dir" in fields["fix"]
+        quiet = KubeletWaitNotice(logger, tmp_path, "--registration-dir", after=3600)
+        quiet.start()
+        quiet.stop()  # came in time: the timer is cancelled, nothing is said
+        assert len(said.records) == 1
+    finally:
+        logger.removeHandler(said)

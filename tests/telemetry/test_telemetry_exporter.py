@@ -5,20 +5,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import queue
 import re
 import signal
 import socket
-import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from awaiting import PATIENCE, Child, eventually
 from fake_podresources import Assignment, PodResourcesServer
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
@@ -140,41 +138,19 @@ def test_periodic_labels_expire(host_factory: Callable[[str], HostRoot], tmp_pat
     assert f"# +expiry-time={expected}" in (tmp_path / "rknpu").read_text()
 
 
-def _read_lines(stream: object, lines: queue.Queue[str]) -> None:
-    for line in stream:  # type: ignore[attr-defined]
-        lines.put(line)
-
-
-def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 @contextlib.contextmanager
-def _serving_process(argv: list[str], env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """Run ``python argv`` until it logs its metrics URL; yield (process, URL); kill it if still alive."""
-    proc = subprocess.Popen(
-        [sys.executable, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=_read_lines, args=(proc.stderr, lines), daemon=True)
-    reader.start()
+def _serving_process(argv: list[str], env: dict[str, str]) -> Iterator[tuple[Child[str], str]]:
+    """Run ``python argv`` until it logs its metrics URL; yield (child, URL); kill it if still alive."""
+    child = Child([sys.executable, *argv], parse=str, env=env)
     try:
-        url = None
-        deadline = time.monotonic() + 20
-        while url is None:
-            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            match = re.search(r"serving metrics on (http://\S+)", line)
-            url = match.group(1) if match else None
-        yield proc, url
+        line = child.wait_line(lambda text: "serving metrics on http://" in text)
+        match = re.search(r"serving metrics on (http://\S+)", line)
+        assert match is not None
+        yield child, match.group(1)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        reader.join(timeout=5)
+        if child.poll() is None:
+            child.process.kill()
+        child.wait()
 
 
 def test_exporter_process_serves_and_writes(
@@ -207,18 +183,17 @@ def test_exporter_process_serves_and_writes(
         assert held.labels == {"core": "1", "pod": "yolo", "namespace": "vision", "container": "infer"}
         assert "process_cpu_seconds" in families
 
-        _wait_for(lambda: (nfd / "rknpu").exists() and (textfile / "rknpu.prom").exists(), "the files")
+        files = (nfd / "rknpu", textfile / "rknpu.prom")
+        assert eventually(lambda: all(path.exists() for path in files), bool), "the files"
         assert parse_feature_text((nfd / "rknpu").read_text())[f"{NS}/cores"] == "3"
         # The textfile follows the driver from one interval to the next.
         load = host.root / "sys/kernel/debug/rknpu/load"
         load.write_text("NPU load:  Core0: 0%, Core1:  42%, Core2: 0%,\n")
-        _wait_for(
-            lambda: 'rknpu_core_load_ratio{core="1"} 0.42' in (textfile / "rknpu.prom").read_text(),
-            "the textfile to show the new load",
-        )
+        shown = eventually(lambda: (textfile / "rknpu.prom").read_text(), lambda text: "0.42" in text)
+        assert 'rknpu_core_load_ratio{core="1"} 0.42' in shown, "the textfile to show the new load"
 
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
+        proc.signal(signal.SIGTERM)
+        assert proc.wait() == 0
 
 
 def test_plugin_process_serves_its_metrics(
@@ -250,15 +225,14 @@ def test_plugin_process_serves_its_metrics(
             return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
         # Health arrives from the plugin's first scan, just after the server starts.
-        _wait_for(lambda: len(page().get("rknpu_device_healthy", [])) == 2, "the plugin's health map")
-        families = page()
+        families = eventually(page, lambda found: len(found.get("rknpu_device_healthy", [])) == 2)
         health = {s.labels["device"]: s.value for s in families["rknpu_device_healthy"]}
         assert health == {"npu-core-0": 1.0, "npu-core-1": 1.0}
         [held] = families["rknpu_core_allocated"]
         assert held.labels["pod"] == "yolo"
         assert "rknpu_registrations" in families and "rknpu_core_load_ratio" in families
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
+        proc.signal(signal.SIGTERM)
+        assert proc.wait() == 0
 
 
 class _Trickler:
@@ -300,22 +274,12 @@ def test_sigterm_ends_the_process_whatever_a_scrape_client_does_and_every_line_i
         (tmp_path / "dp").mkdir()
         argv = ["-m", "rknpu_device_plugin", *common, "--device-plugin-dir", str(tmp_path / "dp")]
         argv += ["--pod-resources-socket", ""]
-    proc = subprocess.Popen([sys.executable, *argv], stderr=subprocess.PIPE, text=True, env=env)
-    lines: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=_read_lines, args=(proc.stderr, lines), daemon=True)
-    reader.start()
-    seen: list[dict[str, object]] = []
-
-    def next_line(timeout: float = 20) -> dict[str, object]:
-        entry = json.loads(lines.get(timeout=timeout))  # every line is JSON, or this fails
-        seen.append(entry)
-        return entry
-
+    proc = Child([sys.executable, *argv], parse=str, env=env)
     try:
-        url = None
-        while url is None:
-            match = re.search(r"serving metrics on (http://\S+)", str(next_line()["msg"]))
-            url = match.group(1) if match else None
+        line = proc.wait_line(lambda text: "serving metrics on http://" in text)
+        match = re.search(r"serving metrics on (http://\S+)", str(json.loads(line)["msg"]))
+        assert match is not None
+        url = match.group(1)
         port = int(url.rsplit(":", 1)[1].split("/")[0])
         with urllib.request.urlopen(url, timeout=5) as response:
             assert "Server" not in response.headers  # no "WSGIServer/0.2 CPython/3.x" banner
@@ -323,20 +287,21 @@ def test_sigterm_ends_the_process_whatever_a_scrape_client_does_and_every_line_i
         stalled = socket.create_connection(("127.0.0.1", port))  # connects, never sends
         try:
             # The trickler is cut at the request deadline although it never stalls a full second.
-            assert trickler.cut.wait(15)
+            assert trickler.cut.wait(PATIENCE)
             trickler2 = _Trickler(port)
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=5) == 0  # the benchmark measures the exit time (< 1 s)
+            proc.signal(signal.SIGTERM)
+            # The benchmark measures the exit time (< 1 s); here, that it exits at all, loaded or not.
+            assert proc.wait(timeout=30) == 0
             trickler2.close()
         finally:
             trickler.close()
             stalled.close()
-        reader.join(5)  # stderr is at its end once the process is gone
-        while not lines.empty():
-            next_line(0)
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            proc.process.kill()
+        proc.wait()  # its output drained: every line is read
+    seen: list[dict[str, object]] = [
+        json.loads(text) for text in proc.lines
+    ]  # every line is JSON, or this fails
     assert any("went away" in str(entry["msg"]) for entry in seen), seen
     assert not [entry for entry in seen if entry["level"] == "error"], seen

@@ -33,6 +33,7 @@ from rknpu_serverkit import (
     add_setting_flags,
     check_host_root,
     check_modules,
+    check_output_folder,
     check_soc_name,
     check_writable_folder,
     describe_os_error,
@@ -175,7 +176,7 @@ def preflight(settings: ExporterSettings) -> None:
     if settings.nfd_dir is not None:
         check_writable_folder(settings.nfd_dir, "--nfd-dir")
     if settings.textfile_dir is not None:
-        check_writable_folder(settings.textfile_dir, "--textfile-dir")
+        check_output_folder(settings.textfile_dir, "--textfile-dir")
 
 
 class Discovery:

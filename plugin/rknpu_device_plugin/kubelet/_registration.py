@@ -11,7 +11,7 @@ import grpc
 import grpc.aio
 
 from rknpu_node import PluginEvents
-from rknpu_serverkit import Endpoint, FileId, file_id
+from rknpu_serverkit import KUBELET_WAIT_NOTICE_S, Endpoint, FileId, KubeletWaitNotice, file_id
 
 from .._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
 from .._kubeapi.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
@@ -68,12 +68,18 @@ class KubeletRegistration:
     """The device plugin's strategy: Register over kubelet.sock (waiting for it, retrying a failed
     call); a re-created kubelet.sock (the kubelet restarted) ends the generation."""
 
-    def __init__(self, events: PluginEvents) -> None:
+    def __init__(self, events: PluginEvents, wait_notice: float = KUBELET_WAIT_NOTICE_S) -> None:
         self._events = events
         self._kubelet_id: FileId | None = None
         self._last_error = ""
+        self._wait_notice = wait_notice
+        self._kubelet_wait: KubeletWaitNotice | None = None
 
     def register(self, endpoint: Endpoint, wake: threading.Event, stop: threading.Event) -> bool:
+        if self._kubelet_wait is None:
+            folder = kubelet_socket(endpoint).parent
+            self._kubelet_wait = KubeletWaitNotice(_log, folder, "--device-plugin-dir", self._wait_notice)
+        self._kubelet_wait.start()  # until registered: one line if the kubelet is long in coming
         kubelet_id = file_id(kubelet_socket(endpoint))
         if kubelet_id is None:
             if self._last_error != "absent":
@@ -91,6 +97,7 @@ class KubeletRegistration:
                 _log.warning("Register failed; retrying", extra={"fields": {"error": error}})
                 self._last_error = error
             return False
+        self._kubelet_wait.stop()
         self._kubelet_id = kubelet_id
         self._last_error = ""  # the next generation's first problem is logged again
         return True

@@ -26,7 +26,6 @@ class SerializeLock:
 
     def _open(self) -> int:
         if self._fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         return self._fd
 

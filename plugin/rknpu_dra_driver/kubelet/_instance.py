@@ -60,8 +60,7 @@ def _b64(data: bytes) -> str:
 def acquire(plugin_dir: Path, stop: threading.Event, shared: bool = False) -> int | None:
     """The instance lock's fd (``shared`` for an instance with an id), or None when ``stop`` was
     set while an instance that excludes us held it."""
-    plugin_dir.mkdir(parents=True, exist_ok=True)
-    path = plugin_dir / LOCK_NAME
+    path = plugin_dir / LOCK_NAME  # the folder is the kubelet's: checked at start, never created
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     said = False
     while True:

@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import grpc.aio
 
-from rknpu_serverkit import Endpoint
+from rknpu_serverkit import Endpoint, KubeletWaitNotice
 
 from .._kubeapi.pluginregistration.v1 import api_pb2 as reg
 from .._kubeapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
@@ -31,9 +31,12 @@ service name too). A kubelet ignores the names it does not know."""
 
 
 class RegistrationService(reg_grpc.RegistrationServicer):
-    def __init__(self, driver_name: str, endpoint: Path) -> None:
+    def __init__(
+        self, driver_name: str, endpoint: Path, kubelet_wait: KubeletWaitNotice | None = None
+    ) -> None:
         self._driver_name = driver_name
         self._endpoint = endpoint
+        self._kubelet_wait = kubelet_wait
         self.registered = threading.Event()
 
     def GetInfo(self, request: reg.InfoRequest, context: grpc.ServicerContext) -> reg.PluginInfo:
@@ -49,6 +52,8 @@ class RegistrationService(reg_grpc.RegistrationServicer):
     ) -> reg.RegistrationStatusResponse:
         if request.plugin_registered:
             _log.info("registered with the kubelet", extra={"fields": {"driver": self._driver_name}})
+            if self._kubelet_wait is not None:
+                self._kubelet_wait.stop()
             self.registered.set()
         else:
             _log.error("the kubelet refused the registration", extra={"fields": {"error": request.error}})

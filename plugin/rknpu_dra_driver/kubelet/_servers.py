@@ -11,7 +11,7 @@ from pathlib import Path
 
 import grpc
 
-from rknpu_serverkit import Endpoint, Supervisor
+from rknpu_serverkit import KUBELET_WAIT_NOTICE_S, Endpoint, KubeletWaitNotice, Supervisor
 
 from .._log import get_logger
 from ..claims import ClaimStore
@@ -47,6 +47,7 @@ class KubeletServers:
         registration_dir: Path,
         instance_id: str = "",
         use_inotify: bool = True,
+        kubelet_wait_notice: float = KUBELET_WAIT_NOTICE_S,
     ) -> None:
         self.driver_name = driver_name
         self.instance_id = instance_id
@@ -54,7 +55,10 @@ class KubeletServers:
         self.registration_socket = registration_dir / registration_socket_name(
             registration_dir, driver_name, instance_id
         )
-        self.registration = RegistrationService(driver_name, self.dra_socket)
+        self._kubelet_wait = KubeletWaitNotice(
+            _log, registration_dir, "--registration-dir", kubelet_wait_notice
+        )
+        self.registration = RegistrationService(driver_name, self.dra_socket, self._kubelet_wait)
         self._board = board
         self._dra = grpc.server(ThreadPoolExecutor(WORKERS, thread_name_prefix="dra"))
         add_dra_services(self._dra, store, board)
@@ -64,13 +68,16 @@ class KubeletServers:
             lambda: endpoint,
             self.registration,
             ServedForDiscovery(),
+            # Armed before each serving (the kubelet may call as soon as the socket appears), and
+            # disarmed by its NotifyRegistrationStatus: one line if it has not come in time.
+            before_serve=self._kubelet_wait.start,
             use_inotify=use_inotify,
         )
         self._stopping = threading.Event()
         self._supervising: threading.Thread | None = None
 
     def _serve(self, server: grpc.Server, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # the folder is the kubelet's: checked at start (check_kubelet_folder), never created here
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         server.add_insecure_port(f"unix://{path}")
@@ -91,6 +98,7 @@ class KubeletServers:
         """Registration first (the kubelet deregisters on its removal and turns to another
         instance), then the health streams end, then the DRA socket with a short grace."""
         self._stopping.set()
+        self._kubelet_wait.stop()
         self._supervisor.wake()
         if self._supervising is not None:
             self._supervising.join(REGISTRATION_STOP_S)  # it stops serving and removes the socket
