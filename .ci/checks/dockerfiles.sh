@@ -87,9 +87,13 @@ echo "== resolve the images' pins for linux/arm64 (cp311 wheels only)"
   || { cat "$work/wheel.log" >&2; fail "cannot build the rknnlaunch wheel"; }
 wheel=$(ls "$work"/wheel/rknnlaunch-*.whl)
 lite_pin=$(grep -E '^rknn-toolkit-lite2==' images/constraints.txt) || fail "images/constraints.txt pins no rknn-toolkit-lite2"
+rkmpp_pin=$(grep -E '^pyav-rkmpp==' images/constraints.txt) || fail "images/constraints.txt pins no pyav-rkmpp"
 for set in "npu,vision,video" "plugin" "plugin,npu"; do
+  # pip evaluates the extras' markers (platform_machine == 'aarch64') on this host, not on the
+  # --platform it resolves for: the aarch64-only requirements are named here, as the image's are
   extra_req=()
   [ "$set" != "plugin" ] && extra_req=("$lite_pin")
+  [[ "$set" == *video* ]] && extra_req+=("$rkmpp_pin")
   "$rt/python" -m pip install -q --dry-run --ignore-installed --disable-pip-version-check \
     --only-binary=:all: --implementation cp --python-version 3.11 \
     --platform manylinux2014_aarch64 --platform manylinux_2_28_aarch64 \
