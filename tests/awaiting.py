@@ -140,3 +140,10 @@ class Child(Generic[T]):
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.wait()
+
+
+def sigint_as_in_a_terminal() -> None:
+    """``preexec_fn`` for a child a test stops with SIGINT, as Ctrl-C in a terminal would: the
+    default disposition, whatever this test run inherited (a CI started in the background from a
+    non-interactive shell ignores SIGINT, and so would the child, which then never stops)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

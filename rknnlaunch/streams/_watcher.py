@@ -41,6 +41,8 @@ class _Failure:
 
 
 _END = object()
+WAKE_S = 0.2
+"""The longest the iterating thread waits at once for a result (see `Watcher.results`)."""
 
 
 class Watcher:
@@ -144,11 +146,16 @@ class Watcher:
         self.start()
         deadline = None if duration is None else time.monotonic() + duration
         while not self._finished:
-            wait = None if deadline is None or self._stopping else max(deadline - time.monotonic(), 0.0)
+            # Never an unbounded wait: a Ctrl-C the kernel delivers to a decoder's or a runtime's
+            # thread only flags the main thread, which must wake to raise it (a hang under load).
+            wait = WAKE_S
+            if deadline is not None and not self._stopping:
+                wait = min(max(deadline - time.monotonic(), 0.0), WAKE_S)
             try:
                 item = self._out.get(timeout=wait)
             except queue.Empty:
-                self.stop()
+                if deadline is not None and not self._stopping and time.monotonic() >= deadline:
+                    self.stop()
                 continue
             if item is _END:
                 self._finished = True

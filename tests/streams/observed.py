@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from awaiting import sigint_as_in_a_terminal
 
 from rknnlaunch.pipeline import StageTimings
 from rknnlaunch.streams import StreamResult, StreamStats
@@ -125,6 +126,7 @@ class WatchProcess:
             stderr=self._stderr,
             stdin=subprocess.DEVNULL,
             env=env,
+            preexec_fn=sigint_as_in_a_terminal,  # the test stops it with SIGINT
         )
 
     def address(self, what: str, deadline_s: float = 120.0) -> str:

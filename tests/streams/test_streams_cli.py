@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from awaiting import sigint_as_in_a_terminal
 from sdk.rknnlite_fake import SimulatedNpu
 from streams.conftest import ClipMaker, free_port
 from streams.rtsp import RtspServer, missing_gstreamer
@@ -166,6 +167,7 @@ def test_ctrl_c_stops_cleanly_with_the_summary(clip: ClipMaker, tmp_path: Path) 
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=sigint_as_in_a_terminal,
     )
     assert process.stdout is not None
     for line in process.stdout:  # wait for the first detection
