@@ -98,6 +98,6 @@ def test_deploy_is_the_charts_default_render(helm: Path) -> None:
     kubectl = get_helm.fetch("kubectl", get_helm.default_cache())
     lines = gen_deploy.compare_kustomizations(helm, kubectl)
     assert lines[0].startswith(
-        "deploy/ + deploy/dra/: 14 objects; chart (default values): 14 objects; 0 differ"
+        "deploy/ + deploy/dra/: 16 objects; chart (default values): 16 objects; 0 differ"
     )
     assert all(" 0 differ " in line for line in lines), lines

@@ -350,7 +350,8 @@ def test_plugin_starts_without_opencv_or_onnxruntime(root: Root) -> None:  # pra
         f"{plugin}/bin/python",
         "-c",
         "import sys; sys.path.insert(0, '/tmp/rknnlaunch-tests'); from pathlib import Path\n"
-        "from fakehost import make_host; make_host('rk3588-drm', Path('/tmp/host-plugin'))",
+        "from fakehost import make_host; make_host('rk3588-drm', Path('/tmp/host-plugin'))\n"
+        "Path('/tmp/host-plugin/dp').mkdir(exist_ok=True)  # the kubelet's folder: not the plugin's to make",
         check=True,
     )
     port = free_port()

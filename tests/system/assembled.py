@@ -272,7 +272,10 @@ def node_spec(trial: Trial, spec_dir: Path) -> Path:
         for node in edits.get("deviceNodes", []):
             node["hostPath"] = str(trial.host) + node.get("hostPath", node["path"])
         for mount in edits.get("mounts", []):
-            mount["hostPath"] = str(trial.host) + mount["hostPath"]
+            # The DRA driver's own files (the per-claim metadata under its --plugin-dir, in the
+            # trial's work folder) are real paths here; the node's live under the fake host tree.
+            if not Path(mount["hostPath"]).is_relative_to(trial.work):
+                mount["hostPath"] = str(trial.host) + mount["hostPath"]
     if spec.get("cdiVersion") == "0.6.0":
         # The DRA driver's claim specs are 0.6.0 for their annotations (the driver alone reads them,
         # to rebuild its checkpoint); podman 4.3 (Debian bookworm) reads CDI up to 0.5.0 and ignores
