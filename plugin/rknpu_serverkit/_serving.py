@@ -36,8 +36,9 @@ BACKOFF_MAX = 2.0
 # Supervisor re-check period: a safety net under inotify, the detection itself when polling.
 CHECK_INTERVAL_INOTIFY = 1.0
 CHECK_INTERVAL_POLLING = 0.1
-# Threads for handlers written as plain functions (gRPC aio runs those on a pool). Ours are all
-# coroutines on the event loop, streams included, so open streams never hold a thread.
+# Threads for handlers written as plain functions (gRPC aio runs those on a pool): the device
+# plugin's are all coroutines; the DRA driver's prepare and unprepare write files and take more.
+# Streams are coroutines on the event loop everywhere, so an open stream never holds a thread.
 UNARY_WORKERS = 2
 STREAMS_END_SECONDS = 0.3
 """Stopping a generation: how long its streams get to send their final OK before it is cut."""
@@ -142,10 +143,13 @@ def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> Non
 class PluginServer:
     """One generation of our gRPC server on our socket (an asyncio server on ``loop``)."""
 
-    def __init__(self, socket_path: Path, service: Servicer, loop: EventLoopThread) -> None:
+    def __init__(
+        self, socket_path: Path, service: Servicer, loop: EventLoopThread, unary_workers: int = UNARY_WORKERS
+    ) -> None:
         self.socket_path = socket_path
         self._service = service
         self._loop = loop
+        self._unary_workers = unary_workers
         self._server: grpc.aio.Server | None = None
         self._executor: futures.ThreadPoolExecutor | None = None
         self._socket_id: FileId | None = None
@@ -164,7 +168,7 @@ class PluginServer:
                 self.socket_path.unlink()
         # gRPC never shuts down the executor it is given: stop() does, so no generation's
         # worker threads outlive it.
-        self._executor = futures.ThreadPoolExecutor(max_workers=UNARY_WORKERS, thread_name_prefix="grpc")
+        self._executor = futures.ThreadPoolExecutor(self._unary_workers, thread_name_prefix="grpc")
         self._server = self._loop.call(self._start(self._executor))
         self._socket_id = file_id(self.socket_path)
 

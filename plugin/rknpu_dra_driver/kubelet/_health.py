@@ -7,11 +7,13 @@ unhealthy keeps the first message (records change with health only)."""
 
 from __future__ import annotations
 
-import queue
+import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from rknpu_node import DeviceState, ResourceManager, device_cores
 
@@ -53,6 +55,23 @@ def _message(cores: frozenset[int], healthy: bool, bad: frozenset[int], reasons:
     return f"{what}: {'; '.join(parts)}"
 
 
+class _Inbox(Protocol):
+    def put(self, records: list[DeviceHealth] | None) -> None: ...
+
+
+class _LoopInbox:
+    """A stream's inbox on the server's event loop; `put` may be called from any thread (the
+    ResourceManager's sink runs on the health thread)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.queue: asyncio.Queue[list[DeviceHealth] | None] = asyncio.Queue()
+
+    def put(self, records: list[DeviceHealth] | None) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the stream is gone
+            self._loop.call_soon_threadsafe(self.queue.put_nowait, records)
+
+
 class HealthBoard:
     """The current health of every device and the streams that follow it."""
 
@@ -61,7 +80,7 @@ class HealthBoard:
         self._pool = pool
         self._lock = threading.Lock()
         self._devices: dict[str, DeviceHealth] = {}
-        self._streams: set[queue.SimpleQueue[list[DeviceHealth] | None]] = set()
+        self._streams: set[_Inbox] = set()
         self._closed = False
         self._health: dict[str, bool] = {}
         self._reasons: Mapping[int, str] = {}
@@ -133,10 +152,11 @@ class HealthBoard:
         with self._lock:
             return list(self._devices.values())
 
-    def follow(self, stop: threading.Event) -> Iterator[list[DeviceHealth]]:
+    async def watch(self) -> AsyncIterator[list[DeviceHealth]]:
         """The full list now, again on every change and every RESEND_S (fresh timestamps), until
-        ``stop`` or `close`."""
-        stream: queue.SimpleQueue[list[DeviceHealth] | None] = queue.SimpleQueue()
+        `close` or the caller stops iterating (the kubelet hung up). A coroutine on the server's
+        event loop: an open stream holds no thread."""
+        inbox = _LoopInbox(asyncio.get_running_loop())
         if self._sets is None:  # the NPU appeared after start: its core sets are known now
             self._learn_sets()
             with self._lock:
@@ -144,13 +164,13 @@ class HealthBoard:
         with self._lock:
             if self._closed:
                 return
-            self._streams.add(stream)
-            stream.put(list(self._devices.values()))
+            self._streams.add(inbox)
+            inbox.queue.put_nowait(list(self._devices.values()))
         try:
-            while not stop.is_set():
+            while True:
                 try:
-                    records = stream.get(timeout=RESEND_S)
-                except queue.Empty:
+                    records = await asyncio.wait_for(inbox.queue.get(), RESEND_S)
+                except asyncio.TimeoutError:
                     now = int(time.time())
                     records = [
                         DeviceHealth(r.pool, r.device, r.healthy, now, r.message) for r in self.current()
@@ -160,11 +180,13 @@ class HealthBoard:
                 yield records
         finally:
             with self._lock:
-                self._streams.discard(stream)
+                self._streams.discard(inbox)
 
     def close(self) -> None:
-        """End every stream (the server is stopping)."""
+        """End every stream (the server is stopping); again: nothing."""
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
             streams, self._streams = list(self._streams), set()
         for stream in streams:

@@ -1,31 +1,37 @@
-"""Both of the driver's sockets for the kubelet: the DRA services' socket, served first, and the
-registration socket (the kit's `Supervisor`, which serves it again whenever it is removed)."""
+"""Both of the driver's sockets for the kubelet: the DRA services' socket, served first (the kit's
+`PluginServer`), and the registration socket (the kit's `Supervisor`, which serves it again
+whenever it is removed). Both are grpc.aio servers, the device plugin's style."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import grpc
-
-from rknpu_serverkit import KUBELET_WAIT_NOTICE_S, Endpoint, KubeletWaitNotice, Supervisor
+from rknpu_serverkit import (
+    KUBELET_WAIT_NOTICE_S,
+    Endpoint,
+    EventLoopThread,
+    KubeletWaitNotice,
+    PluginServer,
+    Supervisor,
+)
 
 from .._log import get_logger
 from ..claims import ClaimStore
-from ._dra_service import add_dra_services
+from ._dra_service import DraServicer
 from ._health import HealthBoard
 from ._instance import dra_socket_name, registration_socket_name, remove_dead_sockets
 from ._registration import RegistrationService, ServedForDiscovery
 
 _log = get_logger("kubelet")
 
-WORKERS = 8
-"""Prepare/unprepare calls and the kubelet's health streams (one per plugin connection)."""
+PREPARE_WORKERS = 4
+"""Threads for prepare and unprepare calls (they queue on the serialize lock; the health streams
+are coroutines and take none)."""
 REGISTRATION_STOP_S = 1.5
 """Stop: how long the registration socket's supervisor gets to stop serving and remove it."""
+DRA_STOP_GRACE_S = 0.5
+"""Stop: how long a prepare in flight gets to finish (the health streams end first, with OK)."""
 
 
 class KubeletServers:
@@ -60,8 +66,9 @@ class KubeletServers:
         )
         self.registration = RegistrationService(driver_name, self.dra_socket, self._kubelet_wait)
         self._board = board
-        self._dra = grpc.server(ThreadPoolExecutor(WORKERS, thread_name_prefix="dra"))
-        add_dra_services(self._dra, store, board)
+        self._loop: EventLoopThread | None = None
+        self._dra_servicer = DraServicer(store, board)
+        self._dra: PluginServer | None = None
         endpoint = Endpoint(registration_dir, self.registration_socket.name, driver_name)
         self._supervisor = Supervisor(
             registration_dir,
@@ -76,19 +83,14 @@ class KubeletServers:
         self._stopping = threading.Event()
         self._supervising: threading.Thread | None = None
 
-    def _serve(self, server: grpc.Server, path: Path) -> None:
-        # the folder is the kubelet's: checked at start (check_kubelet_folder), never created here
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        server.add_insecure_port(f"unix://{path}")
-        server.start()
-        os.chmod(path, 0o600)
-        _log.info("serving", extra={"fields": {"socket": str(path)}})
-
     def start(self) -> None:
         """Serve both sockets (mode 0600: only the kubelet, as root, may call us)."""
         remove_dead_sockets(self.driver_name, self.dra_socket, self.registration_socket)
-        self._serve(self._dra, self.dra_socket)
+        # the folder is the kubelet's: checked at start (check_kubelet_folder), never created here
+        self._loop = EventLoopThread()
+        self._dra = PluginServer(self.dra_socket, self._dra_servicer, self._loop, PREPARE_WORKERS)
+        self._dra.start()
+        _log.info("serving", extra={"fields": {"socket": str(self.dra_socket)}})
         self._supervising = threading.Thread(
             target=self._supervisor.run, args=(self._stopping,), name="registration", daemon=True
         )
@@ -102,7 +104,10 @@ class KubeletServers:
         self._supervisor.wake()
         if self._supervising is not None:
             self._supervising.join(REGISTRATION_STOP_S)  # it stops serving and removes the socket
-        self._board.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.dra_socket)
-        self._dra.stop(grace=0.5).wait(1.0)
+        if self._dra is not None:  # ends the health streams with OK, then stops and unlinks
+            self._dra.stop(DRA_STOP_GRACE_S)
+            self._dra = None
+        self._board.close()  # also when start never ran
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
