@@ -77,6 +77,8 @@ class Bench:
         self.api = FakeApiServer().start()
         self.api.add_node(NODE)
         make_host("rk3588-drm", root / "host")
+        for kubelets_folder in ("registry", "plugin"):  # the kubelet makes them; servers never do
+            (root / kubelets_folder).mkdir()
         self.settings = DraSettings(
             host_root=root / "host",
             node_name=NODE,

@@ -120,6 +120,8 @@ def main() -> int:
     try:
         api.add_node(NODE)
         make_host("rk3588-drm", root / "host")
+        for kubelets_folder in ("registry", "plugin"):  # the kubelet makes them; servers never do
+            (root / kubelets_folder).mkdir()
         api.kubeconfig(root / "kubeconfig")
         driver: list[float] = []
         plugin: list[float] = []
