@@ -68,6 +68,22 @@ def test_own_node_terms_are_anded_with_the_split(helm: Path) -> None:
     assert sum(any(e["key"] == "node-role.example.com/edge" for e in term) for term in terms) == 2
 
 
+def _args(objects: list[dict[str, Any]], name: str) -> list[str]:
+    (daemonset,) = [obj for obj in objects if obj["kind"] == "DaemonSet" and obj["metadata"]["name"] == name]
+    args: list[str] = daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+def test_vpu_values_pass_the_servers_their_video_flags(helm: Path) -> None:
+    """vpu.enabled: the device plugin gets --vpu and --vpu-replicas, the DRA driver --vpu; the
+    defaults pass neither (the video blocks are opt-in)."""
+    on = check_chart.render(helm, ["-f", str(check_chart.MATRIX / "vpu-values.yaml")])
+    assert {"--vpu", "--vpu-replicas=4"} <= set(_args(on, "rknpu-device-plugin"))
+    assert "--vpu" in _args(on, "rknpu-dra-driver")
+    off = check_chart.render(helm, [])
+    assert not [a for a in _args(off, "rknpu-device-plugin") + _args(off, "rknpu-dra-driver") if "vpu" in a]
+
+
 SPLIT_REFUSALS = [
     r
     for r in check_chart.REFUSALS
