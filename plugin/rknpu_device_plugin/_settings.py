@@ -11,11 +11,15 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode
 
-from rknpu_node import DEFAULT_RESOURCE_NAME, DEFAULT_VIDEO_REPLICAS, NodeSettingsChecks
+from rknpu_node import (
+    DEFAULT_RESOURCE_NAME,
+    DEFAULT_VIDEO_REPLICAS,
+    NODE_FLAG_CHOICES,
+    NODE_FLAG_TYPES,
+    NodeSettingsChecks,
+)
 from rknpu_serverkit import (
     KUBELET_WAIT_NOTICE_S,
-    LOG_FORMATS,
-    LOG_LEVELS,
     server_settings_config,
     settings_from_flags,
     settings_parser,
@@ -141,18 +145,8 @@ class PluginSettings(NodeSettingsChecks, BaseSettings):
         return re.sub(r"[^A-Za-z0-9_.-]", "-", self.resolved_resource_name(soc_name)) + ".sock"
 
 
-_FLAG_TYPES: dict[str, Any] = {
-    "replicas": int,
-    "vpu_replicas": int,
-    "health_interval": float,
-    "probe_interval": float,
-    "probe_timeout": float,
-}
-_FLAG_CHOICES: dict[str, list[str]] = {
-    "mode": ["core", "shared", "whole"],
-    "log_format": LOG_FORMATS,
-    "log_level": LOG_LEVELS,
-}
+_FLAG_TYPES: dict[str, Any] = {**NODE_FLAG_TYPES, "replicas": int, "vpu_replicas": int}
+_FLAG_CHOICES: dict[str, list[str]] = {**NODE_FLAG_CHOICES, "mode": ["core", "shared", "whole"]}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,11 +13,9 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode
 
 from rknnlaunch.settings import DRA_DRIVER_NAME
-from rknpu_node import NodeSettingsChecks
+from rknpu_node import NODE_FLAG_CHOICES, NODE_FLAG_TYPES, NodeSettingsChecks
 from rknpu_serverkit import (
     KUBELET_WAIT_NOTICE_S,
-    LOG_FORMATS,
-    LOG_LEVELS,
     server_settings_config,
     settings_from_flags,
     settings_parser,
@@ -165,15 +163,9 @@ class DraSettings(NodeSettingsChecks, BaseSettings):
         )
 
 
-_FLAG_TYPES: dict[str, Any] = {
-    "health_interval": float,
-    "api_timeout": float,
-    "probe_interval": float,
-    "probe_timeout": float,
-}
+_FLAG_TYPES: dict[str, Any] = {**NODE_FLAG_TYPES, "api_timeout": float}
 _FLAG_CHOICES: dict[str, list[str]] = {
-    "log_format": LOG_FORMATS,
-    "log_level": LOG_LEVELS,
+    **NODE_FLAG_CHOICES,
     "api_client": ["auto", "kubernetes-client"],
     "slice_layout": SLICE_LAYOUTS,
 }

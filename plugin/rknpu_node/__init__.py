@@ -14,7 +14,7 @@ from ._log import ENV_PREFIX, LAYER_LOGGERS
 
 if TYPE_CHECKING:
     from ._cdi import minimum_cdi_version, with_minimum_version
-    from ._checks import NodeSettingsChecks
+    from ._checks import NODE_FLAG_CHOICES, NODE_FLAG_TYPES, NodeSettingsChecks
     from ._discovery import discover_on_node
     from ._events import NullEvents, PluginEvents, TeeEvents
     from ._manager import DeviceState, ResourceManager
@@ -60,6 +60,8 @@ _LAZY = {
     "DeviceState": "._manager",
     "Actor": "._wiring",
     "NodeSettingsChecks": "._checks",
+    "NODE_FLAG_CHOICES": "._checks",
+    "NODE_FLAG_TYPES": "._checks",
     "NodeSettings": "._wiring",
     "health_actor": "._wiring",
     "node_resources": "._wiring",
@@ -100,6 +102,8 @@ __all__ = [
     "LAYER_LOGGERS",
     "Actor",
     "NodeSettingsChecks",
+    "NODE_FLAG_CHOICES",
+    "NODE_FLAG_TYPES",
     "NodeSettings",
     "health_actor",
     "node_resources",

@@ -8,11 +8,13 @@ librknnrt, the probe model."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, field_validator
 
 from rknpu_serverkit import (
+    LOG_FORMATS,
+    LOG_LEVELS,
     LogFormat,
     LogLevel,
     check_device_paths,
@@ -20,6 +22,11 @@ from rknpu_serverkit import (
     check_soc_name,
     split_device_list,
 )
+
+NODE_FLAG_TYPES: dict[str, Any] = {"health_interval": float, "probe_interval": float, "probe_timeout": float}
+"""The argparse types of the shared fields' flags (a program's flag types add its own)."""
+NODE_FLAG_CHOICES: dict[str, list[str]] = {"log_format": LOG_FORMATS, "log_level": LOG_LEVELS}
+"""The choices of the shared fields' flags (a program's flag choices add its own)."""
 
 
 class NodeSettingsChecks(BaseModel):
