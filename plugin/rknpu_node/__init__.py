@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         cores_of,
         device_cores,
         device_ids,
+        interchangeable_allocation,
         preferred_allocation,
         whole_device_id,
     )
@@ -81,6 +82,7 @@ _LAZY = {
     "cores_of": "._policy",
     "discover_on_node": "._discovery",
     "preferred_allocation": "._policy",
+    "interchangeable_allocation": "._policy",
     "minimum_cdi_version": "._cdi",
     "whole_device_id": "._policy",
     "with_minimum_version": "._cdi",
@@ -131,6 +133,7 @@ __all__ = [
     "cores_of",
     "discover_on_node",
     "preferred_allocation",
+    "interchangeable_allocation",
     "minimum_cdi_version",
     "whole_device_id",
     "with_minimum_version",
