@@ -30,7 +30,7 @@ from ._log import LOGGER_NAME, get_logger, setup_logging
 from ._settings import PluginSettings, build_parser, settings_from
 
 if TYPE_CHECKING:
-    from rknpu_node import ResourceManager
+    from rknpu_node import Actor, ResourceManager
     from rknpu_serverkit import Supervisor
 
 PROG = "rknpu-device-plugin"
@@ -103,16 +103,7 @@ def _serve(
     group = ActorGroup(stop_timeout=SHUTDOWN_JOIN_SECONDS)
     group.add_signals(lambda signum: _log.info("stopping", extra={"fields": {"signal": signum}}))
     if metrics_module is not None:
-        # Pod attribution matches a "{soc}" resource name template itself (any SoC's name).
-        metrics_server = metrics_module.start_metrics_server(
-            settings.metrics_address,
-            metrics,
-            host,
-            lambda: resources.info,
-            settings.pod_resources_socket,
-            settings.resource_name,
-        )
-        group.add(*closing_actor(metrics_server.stop), name="metrics")
+        group.add(*_metrics_actor(settings, host, metrics_module, metrics, resources), name="metrics")
     supervisor = _supervisor(settings, resources, events)
     resources.on_ready = supervisor.wake
     # Interrupts run in the order added: health first (no new scans), then the probe (a child in
@@ -133,6 +124,26 @@ def _serve(
     finally:
         _log.info("stopped")
     return 0
+
+
+def _metrics_actor(
+    settings: PluginSettings,
+    host: HostRoot,
+    metrics_module: Any,
+    metrics: PluginEvents,
+    resources: ResourceManager,
+) -> Actor:
+    """The metrics endpoint, serving from now on; the actor's interrupt stops it."""
+    # Pod attribution matches a "{soc}" resource name template itself (any SoC's name).
+    metrics_server = metrics_module.start_metrics_server(
+        settings.metrics_address,
+        metrics,
+        host,
+        lambda: resources.info,
+        settings.pod_resources_socket,
+        settings.resource_name,
+    )
+    return closing_actor(metrics_server.stop)
 
 
 def _scanned(settings: PluginSettings, events: PluginEvents) -> ResourceManager | None:

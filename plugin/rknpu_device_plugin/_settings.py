@@ -11,13 +11,15 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode
 
-from rknpu_node import DEFAULT_RESOURCE_NAME, DEFAULT_VIDEO_REPLICAS, NodeSettingsChecks
+from rknpu_node import (
+    DEFAULT_RESOURCE_NAME,
+    DEFAULT_VIDEO_REPLICAS,
+    NODE_FLAG_CHOICES,
+    NODE_FLAG_TYPES,
+    NodeSettingsChecks,
+)
 from rknpu_serverkit import (
     KUBELET_WAIT_NOTICE_S,
-    LOG_FORMATS,
-    LOG_LEVELS,
-    LogFormat,
-    LogLevel,
     server_settings_config,
     settings_from_flags,
     settings_parser,
@@ -36,7 +38,6 @@ class PluginSettings(NodeSettingsChecks, BaseSettings):
 
     model_config = server_settings_config(ENV_PREFIX)
 
-    host_root: Path = Field(Path("/"), description="where the host's / is mounted (the DaemonSet uses /host)")
     device_plugin_dir: Path = Field(
         Path(DEFAULT_DEVICE_PLUGIN_DIR), description="kubelet's device plugin folder (holds kubelet.sock)"
     )
@@ -60,24 +61,12 @@ class PluginSettings(NodeSettingsChecks, BaseSettings):
         description="shared mode: refuse a container asking for more than one replica (default: spread it "
         "over distinct cores)",
     )
-    soc: str | None = Field(
-        None, description="SoC to assume when the device tree cannot be read (e.g. rk3588)"
-    )
-    health_interval: float = Field(
-        0.5,
-        gt=0,
-        le=300,
-        description="seconds between driver re-checks (device node changes are seen at once)",
-    )
     fail_on_init_error: bool = Field(
         False,
         description="exit 1 when no usable NPU is found at start (default: log it and keep re-scanning)",
     )
-    inotify: bool = Field(True, description="watch folders with inotify (--no-inotify polls instead)")
     cdi: bool = Field(False, description="also write a CDI spec and return cdi_devices from Allocate")
     cdi_dir: Path = Field(Path("/var/run/cdi"), description="where --cdi writes the CDI spec")
-    log_format: LogFormat = Field("text", description="log line format")
-    log_level: LogLevel = Field("info", description="log level")
     metrics_address: str | None = Field(
         None, description='serve Prometheus metrics on "host:port" (":9101" = all interfaces); default off'
     )
@@ -100,10 +89,6 @@ class PluginSettings(NodeSettingsChecks, BaseSettings):
         description='functional probe model (".rknn"; "{soc}" becomes the SoC name); when set and '
         "librknnrt + rknn-toolkit-lite2 are present, one inference per free core at start and every "
         "--probe-interval, in a child process (default off)",
-    )
-    probe_interval: float = Field(300.0, gt=0, le=86400, description="seconds between probe rounds")
-    probe_timeout: float = Field(
-        20.0, gt=0, le=600, description="seconds one core's probe may take before the core counts as hung"
     )
     vpu: bool = Field(
         False,
@@ -160,18 +145,8 @@ class PluginSettings(NodeSettingsChecks, BaseSettings):
         return re.sub(r"[^A-Za-z0-9_.-]", "-", self.resolved_resource_name(soc_name)) + ".sock"
 
 
-_FLAG_TYPES: dict[str, Any] = {
-    "replicas": int,
-    "vpu_replicas": int,
-    "health_interval": float,
-    "probe_interval": float,
-    "probe_timeout": float,
-}
-_FLAG_CHOICES: dict[str, list[str]] = {
-    "mode": ["core", "shared", "whole"],
-    "log_format": LOG_FORMATS,
-    "log_level": LOG_LEVELS,
-}
+_FLAG_TYPES: dict[str, Any] = {**NODE_FLAG_TYPES, "replicas": int, "vpu_replicas": int}
+_FLAG_CHOICES: dict[str, list[str]] = {**NODE_FLAG_CHOICES, "mode": ["core", "shared", "whole"]}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,13 +13,9 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode
 
 from rknnlaunch.settings import DRA_DRIVER_NAME
-from rknpu_node import NodeSettingsChecks
+from rknpu_node import NODE_FLAG_CHOICES, NODE_FLAG_TYPES, NodeSettingsChecks
 from rknpu_serverkit import (
     KUBELET_WAIT_NOTICE_S,
-    LOG_FORMATS,
-    LOG_LEVELS,
-    LogFormat,
-    LogLevel,
     server_settings_config,
     settings_from_flags,
     settings_parser,
@@ -52,7 +48,6 @@ class DraSettings(NodeSettingsChecks, BaseSettings):
 
     model_config = server_settings_config(ENV_PREFIX)
 
-    host_root: Path = Field(Path("/"), description="where the host's / is mounted (the DaemonSet uses /host)")
     node_name: str = Field(
         default_factory=lambda: _env("NODE_NAME"),
         description="this node's name, the ResourceSlice pool (default: $NODE_NAME)",
@@ -70,16 +65,6 @@ class DraSettings(NodeSettingsChecks, BaseSettings):
         description="our socket's and checkpoint's folder (default: /var/lib/kubelet/plugins/<driver-name>)",
     )
     cdi_dir: Path = Field(Path("/var/run/cdi"), description="where the per-claim CDI specs are written")
-    soc: str | None = Field(
-        None, description="SoC to assume when the device tree cannot be read (e.g. rk3588)"
-    )
-    health_interval: float = Field(
-        0.5,
-        gt=0,
-        le=300,
-        description="seconds between driver re-checks (device node changes are seen at once)",
-    )
-    inotify: bool = Field(True, description="watch folders with inotify (--no-inotify polls instead)")
     extra_device: Annotated[tuple[str, ...], NoDecode] = Field(
         (),
         description="comma-separated host device nodes to hand in too when present, "
@@ -125,10 +110,6 @@ class DraSettings(NodeSettingsChecks, BaseSettings):
         description='functional probe model (".rknn"; "{soc}" becomes the SoC name), the device plugin\'s '
         "per-core probe: a core failing it leaves the slice and reads UNHEALTHY in pod status (default off)",
     )
-    probe_interval: float = Field(300.0, gt=0, le=86400, description="seconds between probe rounds")
-    probe_timeout: float = Field(
-        20.0, gt=0, le=600, description="seconds one core's probe may take before the core counts as hung"
-    )
     kubelet_wait_notice: float = Field(
         KUBELET_WAIT_NOTICE_S,
         gt=0,
@@ -136,8 +117,6 @@ class DraSettings(NodeSettingsChecks, BaseSettings):
         description="seconds without the kubelet before one warning naming the folder it watches "
         "(--registration-dir)",
     )
-    log_format: LogFormat = Field("text", description="log line format")
-    log_level: LogLevel = Field("info", description="log level")
     metrics_address: str | None = Field(
         None, description='serve Prometheus metrics on "host:port" (e.g. ":9103"); default off'
     )
@@ -184,15 +163,9 @@ class DraSettings(NodeSettingsChecks, BaseSettings):
         )
 
 
-_FLAG_TYPES: dict[str, Any] = {
-    "health_interval": float,
-    "api_timeout": float,
-    "probe_interval": float,
-    "probe_timeout": float,
-}
+_FLAG_TYPES: dict[str, Any] = {**NODE_FLAG_TYPES, "api_timeout": float}
 _FLAG_CHOICES: dict[str, list[str]] = {
-    "log_format": LOG_FORMATS,
-    "log_level": LOG_LEVELS,
+    **NODE_FLAG_CHOICES,
     "api_client": ["auto", "kubernetes-client"],
     "slice_layout": SLICE_LAYOUTS,
 }

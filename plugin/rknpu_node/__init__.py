@@ -14,7 +14,7 @@ from ._log import ENV_PREFIX, LAYER_LOGGERS
 
 if TYPE_CHECKING:
     from ._cdi import minimum_cdi_version, with_minimum_version
-    from ._checks import NodeSettingsChecks
+    from ._checks import NODE_FLAG_CHOICES, NODE_FLAG_TYPES, NodeSettingsChecks
     from ._discovery import discover_on_node
     from ._events import NullEvents, PluginEvents, TeeEvents
     from ._manager import DeviceState, ResourceManager
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         cores_of,
         device_cores,
         device_ids,
+        interchangeable_allocation,
         preferred_allocation,
         whole_device_id,
     )
@@ -60,6 +61,8 @@ _LAZY = {
     "DeviceState": "._manager",
     "Actor": "._wiring",
     "NodeSettingsChecks": "._checks",
+    "NODE_FLAG_CHOICES": "._checks",
+    "NODE_FLAG_TYPES": "._checks",
     "NodeSettings": "._wiring",
     "health_actor": "._wiring",
     "node_resources": "._wiring",
@@ -79,6 +82,7 @@ _LAZY = {
     "cores_of": "._policy",
     "discover_on_node": "._discovery",
     "preferred_allocation": "._policy",
+    "interchangeable_allocation": "._policy",
     "minimum_cdi_version": "._cdi",
     "whole_device_id": "._policy",
     "with_minimum_version": "._cdi",
@@ -100,6 +104,8 @@ __all__ = [
     "LAYER_LOGGERS",
     "Actor",
     "NodeSettingsChecks",
+    "NODE_FLAG_CHOICES",
+    "NODE_FLAG_TYPES",
     "NodeSettings",
     "health_actor",
     "node_resources",
@@ -127,6 +133,7 @@ __all__ = [
     "cores_of",
     "discover_on_node",
     "preferred_allocation",
+    "interchangeable_allocation",
     "minimum_cdi_version",
     "whole_device_id",
     "with_minimum_version",

@@ -1,22 +1,58 @@
-"""The checks of what both servers' settings say about the node's NPU (the SoC hint, extra device
-nodes, the host's librknnrt, the probe model), written once: a settings class inherits them."""
+"""The settings both servers share, declared and checked once: a server's settings class inherits them.
+
+Declared here: the host root, the SoC hint, the health and probe periods, inotify and the log
+settings (their `--help` lines follow the program's own: `rknpu_serverkit.add_setting_flags`).
+Checked here, declared by each program (their help texts differ): extra device nodes, the host's
+librknnrt, the probe model."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, field_validator
+from pydantic import BaseModel, Field, field_validator
 
-from rknpu_serverkit import check_device_paths, check_host_file, check_soc_name, split_device_list
+from rknpu_serverkit import (
+    LOG_FORMATS,
+    LOG_LEVELS,
+    LogFormat,
+    LogLevel,
+    check_device_paths,
+    check_host_file,
+    check_soc_name,
+    split_device_list,
+)
+
+NODE_FLAG_TYPES: dict[str, Any] = {"health_interval": float, "probe_interval": float, "probe_timeout": float}
+"""The argparse types of the shared fields' flags (a program's flag types add its own)."""
+NODE_FLAG_CHOICES: dict[str, list[str]] = {"log_format": LOG_FORMATS, "log_level": LOG_LEVELS}
+"""The choices of the shared fields' flags (a program's flag choices add its own)."""
 
 
 class NodeSettingsChecks(BaseModel):
-    """Validators for the fields ``soc``, ``extra_device``, ``host_librknnrt`` and ``probe_model``
-    of the settings class that inherits them (which declares the fields, their defaults and
-    their --help texts)."""
+    """The fields both servers declare alike, and validators for ``soc``, ``extra_device``,
+    ``host_librknnrt`` and ``probe_model`` (the last three declared by the inheriting class, with
+    its own defaults and --help texts)."""
 
-    if TYPE_CHECKING:  # the inheriting class's field (a field here would change the --help order)
+    host_root: Path = Field(Path("/"), description="where the host's / is mounted (the DaemonSet uses /host)")
+    soc: str | None = Field(
+        None, description="SoC to assume when the device tree cannot be read (e.g. rk3588)"
+    )
+    health_interval: float = Field(
+        0.5,
+        gt=0,
+        le=300,
+        description="seconds between driver re-checks (device node changes are seen at once)",
+    )
+    inotify: bool = Field(True, description="watch folders with inotify (--no-inotify polls instead)")
+    probe_interval: float = Field(300.0, gt=0, le=86400, description="seconds between probe rounds")
+    probe_timeout: float = Field(
+        20.0, gt=0, le=600, description="seconds one core's probe may take before the core counts as hung"
+    )
+    log_format: LogFormat = Field("text", description="log line format")
+    log_level: LogLevel = Field("info", description="log level")
+
+    if TYPE_CHECKING:  # the inheriting class's field (its help text is the program's own)
         probe_model: str | None
 
     @field_validator("soc", check_fields=False)

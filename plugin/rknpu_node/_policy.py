@@ -137,11 +137,20 @@ def preferred_allocation(
     if mode == "shared":
         return must + _shared_pick(rest, need, cores_of(must))
     if mode == "whole":
-        return must + rest[:need]  # one device per node: nothing to choose between
+        return interchangeable_allocation(rest, must, size)  # one device per node: nothing to choose
     candidates = [tuple(must) + combo for combo in itertools.combinations(rest, need)]
     free_all = cores_of(known)
     best = min(candidates, key=lambda ids: _core_score(soc, core_count, cores_of(ids), free_all))
     return sorted(best, key=_id_order)
+
+
+def interchangeable_allocation(available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
+    """The choice among devices that are all alike (whole mode's one device, the video replicas):
+    the must-include IDs (kubelet needs every one back, even past ``size``), then the first
+    available others up to ``size``."""
+    must = list(dict.fromkeys(must_include))
+    rest = [i for i in dict.fromkeys(available) if i not in must]
+    return must + rest[: max(size - len(must), 0)]
 
 
 def _well_formed(ids: Iterable[str], core_count: int, mode: Mode) -> list[str]:

@@ -87,11 +87,13 @@ def add_setting_flags(
 ) -> None:
     """One ``--flag`` per settings field (booleans get ``--no-flag``), its help naming the env twin.
 
+    The model's own fields come first, in their order, then those it inherits (the settings two
+    programs share, declared once in a base class), so each program's --help leads with its own.
     Use with ``argument_default=argparse.SUPPRESS`` so only flags given reach `settings_from_flags`.
     """
     types = types or {}
     choices = choices or {}
-    for name, field in model.model_fields.items():
+    for name, field in _own_fields_first(model):
         flag = "--" + name.replace("_", "-")
         help_text = f"{field.description} ({_default_text(field)}env {env_prefix}{name.upper()})"
         if field.annotation is bool:
@@ -100,6 +102,11 @@ def add_setting_flags(
             parser.add_argument(flag, choices=choices[name], type=str.lower, help=help_text)
         else:
             parser.add_argument(flag, metavar=name.upper(), type=types.get(name, str), help=help_text)
+
+
+def _own_fields_first(model: type[BaseModel]) -> list[tuple[str, FieldInfo]]:
+    inherited = {name for base in model.__mro__[1:] for name in getattr(base, "model_fields", {})}
+    return sorted(model.model_fields.items(), key=lambda item: item[0] in inherited)
 
 
 def _default_text(field: Any) -> str:

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from rknnlaunch import RknnLaunchError, SettingsError, describe_os_error
+from rknnlaunch import RknnLaunchError, SettingsError, UsageError, describe_os_error
 
 PERMISSION_FIX = (
     "run the server as root (the DaemonSet does), or give its user the folder: "
@@ -23,19 +23,16 @@ PERMISSION_FIX = (
 
 
 def parse_address(address: str, flag: str = "--metrics-address") -> tuple[str, int]:
-    """``"host:port"``, ``":9101"`` (all interfaces), ``"[::1]:9101"`` or ``"9101"`` -> (host, port)."""
-    text = address.strip()
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        host, port_text = "", text
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not port_text.isdigit() or int(port_text) > 65535 or any(c in host for c in "[]/ "):
+    """``"host:port"``, ``":9101"`` (all interfaces), ``"[::1]:9101"`` or ``"9101"`` -> (host, port):
+    the SDK's `rknnlaunch.streams.parse_address` with a bare port allowed, a bad one a `SettingsError`."""
+    from rknnlaunch.streams import parse_address as parse_listen_address
+
+    try:
+        return parse_listen_address(address, flag, bare_port=True)
+    except UsageError as exc:
         raise SettingsError(
-            f"{flag} {address!r} is not host:port",
-            "use e.g. ':9101' (all interfaces), '127.0.0.1:9101' or '[::]:9101'",
-        )
-    return host or "0.0.0.0", int(port_text)
+            exc.problem, "use e.g. ':9101' (all interfaces), '127.0.0.1:9101' or '[::]:9101'"
+        ) from None
 
 
 def check_host_root(path: str | os.PathLike[str], flag: str = "--host-root") -> None:

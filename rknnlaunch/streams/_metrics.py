@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import UsageError
 from ._results import STATES, StreamEvent, StreamResult
-from ._serve import HttpServer, Page, WatchedStreams
+from ._serve import Page, PageServer, WatchedStreams
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -74,7 +74,7 @@ class _StatsCollector:
         yield from (decoded, detected, dropped, skipped, corrupt, reconnects, decode, convert, state, info)
 
 
-class StreamMetrics:
+class StreamMetrics(PageServer):
     """A `StreamObserver` serving Prometheus metrics at ``/metrics`` (GET only) on ``address``.
 
     The constructor binds (a port in use is a `UsageError` naming ``flag``); `start` (or ``with``)
@@ -103,24 +103,7 @@ class StreamMetrics:
             self._latency.labels(name)  # every stream's series exists from the first scrape
         self._content_type = CONTENT_TYPE_LATEST
         self._generate = generate_latest
-        self._server = HttpServer(address, flag, self._route)
-
-    @property
-    def port(self) -> int:
-        return self._server.port
-
-    def start(self) -> None:
-        self._server.start()
-
-    def close(self) -> None:
-        self._server.close()
-
-    def __enter__(self) -> StreamMetrics:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._bind(address, flag)
 
     def on_result(self, result: StreamResult) -> None:
         self._latency.labels(result.stream).observe(result.latency_ms / 1e3)

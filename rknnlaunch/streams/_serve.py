@@ -1,5 +1,6 @@
 """The read-only HTTP servers of a watch (live view, metrics): ``host:port`` parsing, binding before
-any decoding starts (a port in use is one line naming the flag), GET-only handlers, a serving thread.
+any decoding starts (a port in use is one line naming the flag), GET-only handlers, a serving thread,
+and the start/close lifecycle the observers that serve share (`PageServer`).
 
 Standard library only (`http.server.ThreadingHTTPServer`)."""
 
@@ -10,10 +11,12 @@ import http.server
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .._errors import UsageError
-from ._results import StreamStats
+
+if TYPE_CHECKING:  # the servers' kit parses its addresses here: no numpy at run time
+    from ._results import StreamStats
 
 CLIENT_TIMEOUT_SECONDS = 5.0
 """Each socket operation of a client; a client that stalls frees its thread after this."""
@@ -33,13 +36,15 @@ class WatchedStreams(Protocol):
     def stats(self) -> dict[str, StreamStats]: ...
 
 
-def parse_address(address: str, flag: str) -> tuple[str, int]:
+def parse_address(address: str, flag: str, *, bare_port: bool = False) -> tuple[str, int]:
     """``"host:port"``, ``":8080"`` (all interfaces), ``"[::1]:8080"`` -> (host, port) (port 0: any
-    free port, see `HttpServer.port`); the same
-    forms as the servers' ``--metrics-address`` (rknpu_serverkit.parse_address). A bare port is
-    refused: the address says where to listen, there is no default."""
+    free port, see `HttpServer.port`). A bare port (``"8080"``) is refused (the address says where
+    to listen, there is no default) unless ``bare_port``: then it means all interfaces, as the
+    servers' ``--metrics-address`` reads it (rknpu_serverkit.parse_address, this one's caller)."""
     text = address.strip()
     host, sep, port_text = text.rpartition(":")
+    if not sep and bare_port:
+        host, sep, port_text = "", ":", text
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     if not sep or not port_text.isdigit() or int(port_text) > 65535 or any(c in host for c in "[]/@ "):
@@ -119,6 +124,39 @@ class HttpServer:
         self._server.server_close()
 
     def __enter__(self) -> HttpServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_PageServer = TypeVar("_PageServer", bound="PageServer")
+
+
+class PageServer:
+    """An observer that serves pages (`LiveView`, `StreamMetrics`): its constructor binds
+    (`_bind`, after its own set-up), `start` (or ``with``) serves in a thread, `close` stops."""
+
+    _server: HttpServer
+
+    def _bind(self, address: str, flag: str) -> None:
+        self._server = HttpServer(address, flag, self._route)
+
+    def _route(self, path: str) -> Page | None:
+        raise NotImplementedError
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    def start(self) -> None:
+        self._server.start()
+
+    def close(self) -> None:
+        self._server.close()
+
+    def __enter__(self: _PageServer) -> _PageServer:
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:

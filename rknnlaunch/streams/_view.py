@@ -17,7 +17,7 @@ import numpy as np
 
 from ..yolo import draw_detections, opencv
 from ._results import StreamEvent, StreamResult
-from ._serve import HttpServer, Page, WatchedStreams
+from ._serve import Page, PageServer, WatchedStreams
 
 FPS_WINDOW_SECONDS = 5.0
 """The view's FPS counts the results of the last few seconds (the summary's is since first live)."""
@@ -39,7 +39,7 @@ class _Stream:
     """When its recent results came (`time.monotonic()`), for the view's FPS."""
 
 
-class LiveView:
+class LiveView(PageServer):
     """A `StreamObserver` serving ``/`` (the page), ``/streams.json`` (every stream's figures),
     ``/frame/N.jpg`` (stream N's newest annotated frame) and ``/view.js``, GET only.
 
@@ -62,24 +62,7 @@ class LiveView:
         self._lock = threading.Lock()
         self._refresh_ms = refresh_ms
         self._placeholder = self._encode(np.full((180, 320, 3), 64, np.uint8))
-        self._server = HttpServer(address, flag, self._route)
-
-    @property
-    def port(self) -> int:
-        return self._server.port
-
-    def start(self) -> None:
-        self._server.start()
-
-    def close(self) -> None:
-        self._server.close()
-
-    def __enter__(self) -> LiveView:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._bind(address, flag)
 
     # --- StreamObserver ---------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ client) on a fixture host, talking to the fake API server, reached through the k
 
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,23 @@ def dra_settings(root: Path, api: FakeApiServer, **overrides: Any) -> DraSetting
         "slice_layout": "per-core",
     }
     return DraSettings(**{**fields, **overrides})
+
+
+def driver_argv(settings: DraSettings) -> list[str]:
+    """The command line of a driver process run with ``settings`` (`dra_settings`), JSON logs."""
+    return [
+        sys.executable,
+        "-m",
+        "rknpu_dra_driver",
+        f"--host-root={settings.host_root}",
+        f"--node-name={NODE}",
+        f"--kubeconfig={settings.kubeconfig}",
+        f"--registration-dir={settings.registration_dir}",
+        f"--plugin-dir={settings.resolved_plugin_dir}",
+        f"--cdi-dir={settings.cdi_dir}",
+        f"--slice-layout={settings.slice_layout}",
+        "--log-format=json",
+    ]
 
 
 @dataclass

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from awaiting import PATIENCE, Child
-from drarig import DRIVER, NODE, DriverRig
+from drarig import DRIVER, NODE, DriverRig, driver_argv
 from kubeletstub import KubeletStub
 
 from rknnlaunch import SettingsError
-from rknpu_dra_driver._settings import DraSettings, parse_settings
+from rknpu_dra_driver._settings import parse_settings
 from rknpu_dra_driver.claims._checkpoint import CHECKPOINT_NAME
 
 _PATHS = os.pathsep.join(sys.path)
@@ -68,22 +68,6 @@ def test_bad_settings_exit_2_with_one_line(tmp_path: Path) -> None:
     assert "--node-name (env RKNPU_DRA_NODE_NAME)" in result.stderr and "Traceback" not in result.stderr
 
 
-def _args(settings: DraSettings) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "rknpu_dra_driver",
-        f"--host-root={settings.host_root}",
-        f"--node-name={NODE}",
-        f"--kubeconfig={settings.kubeconfig}",
-        f"--registration-dir={settings.registration_dir}",
-        f"--plugin-dir={settings.resolved_plugin_dir}",
-        f"--cdi-dir={settings.cdi_dir}",
-        f"--slice-layout={settings.slice_layout}",
-        "--log-format=json",
-    ]
-
-
 @pytest.fixture
 def spawn(rig: DriverRig) -> Iterator[list[Child[str]]]:
     made: list[Child[str]] = []
@@ -96,7 +80,7 @@ def spawn(rig: DriverRig) -> Iterator[list[Child[str]]]:
 
 def _start(rig: DriverRig, spawn: list[Child[str]]) -> tuple[Child[str], KubeletStub]:
     # Its stderr is read as it comes (a pipe nobody reads fills and blocks the driver's logging).
-    process = Child(_args(rig.settings), parse=str, env={**os.environ, "PYTHONPATH": _PATHS})
+    process = Child(driver_argv(rig.settings), parse=str, env={**os.environ, "PYTHONPATH": _PATHS})
     spawn.append(process)
     kubelet = KubeletStub(rig.settings.registration_dir, DRIVER)
     kubelet.register(timeout=PATIENCE)

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import pytest
-from drarig import DRIVER, NODE, DriverRig
+from drarig import DRIVER, NODE, DriverRig, driver_argv
 from fakeapi import RESOURCE
 from kubeletstub import KubeletStub
 
@@ -66,21 +66,8 @@ def test_a_stop_during_a_slow_api_call_leaves_no_loop_behind(rig: DriverRig) -> 
 @pytest.mark.parametrize("slow", [False, True], ids=["idle", "slow-api"])
 def test_a_sigterm_ends_the_process_with_no_actor_left_behind(rig: DriverRig, slow: bool) -> None:
     settings = rig.settings
-    args = [
-        sys.executable,
-        "-m",
-        "rknpu_dra_driver",
-        f"--host-root={settings.host_root}",
-        f"--node-name={NODE}",
-        f"--kubeconfig={settings.kubeconfig}",
-        f"--registration-dir={settings.registration_dir}",
-        f"--plugin-dir={settings.resolved_plugin_dir}",
-        f"--cdi-dir={settings.cdi_dir}",
-        f"--slice-layout={settings.slice_layout}",
-        "--log-format=json",
-    ]
     process = subprocess.Popen(
-        args, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": _PATHS}
+        driver_argv(settings), stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": _PATHS}
     )
     try:
         kubelet = KubeletStub(settings.registration_dir, DRIVER)

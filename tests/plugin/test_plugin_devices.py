@@ -20,6 +20,7 @@ from rknpu_node._policy import (
     cores_of,
     device_health,
     device_ids,
+    interchangeable_allocation,
     preferred_allocation,
 )
 
@@ -237,6 +238,16 @@ def test_whole_mode_is_one_device_standing_for_every_core() -> None:
     assert preferred_allocation(RK3588, 2, ["npu-cores-0-1-2"], [], 1, "whole") == []  # not this NPU's
     plan = container_plan(_info("rk3588", DRM_NODES, 3), ["npu-cores-0-1-2"], None)
     assert plan.mask == 7 and plan.envs["RKNN_NPU_CORES"] == "0,1,2"
+
+
+def test_interchangeable_allocation_takes_must_include_then_the_first_available() -> None:
+    """Whole mode's choice and the video service's (every replica the same hardware)."""
+    video = [f"vpu-{i}" for i in range(4)]
+    assert interchangeable_allocation(video, [], 2) == ["vpu-0", "vpu-1"]
+    assert interchangeable_allocation(video, ["vpu-3"], 2) == ["vpu-3", "vpu-0"]
+    assert interchangeable_allocation(video + video, ["vpu-1", "vpu-1"], 3) == ["vpu-1", "vpu-0", "vpu-2"]
+    assert interchangeable_allocation(video, ["vpu-2", "vpu-3"], 1) == ["vpu-2", "vpu-3"]  # all kept
+    assert interchangeable_allocation(video[:1], [], 3) == ["vpu-0"]
 
 
 def test_device_health_combines_nodes_and_probe() -> None:

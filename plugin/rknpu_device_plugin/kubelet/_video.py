@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import grpc
 import grpc.aio
 
-from rknpu_node import VideoBlocks
+from rknpu_node import VideoBlocks, interchangeable_allocation
 from rknpu_serverkit import quote_ids
 
 from .._kubeapi.deviceplugin.v1beta1 import api_pb2 as pb
@@ -75,15 +75,14 @@ class VideoPluginService(StreamingServicer):
         context: grpc.aio.ServicerContext[pb.PreferredAllocationRequest, pb.PreferredAllocationResponse],
     ) -> pb.PreferredAllocationResponse:
         # Every replica is the same hardware: the must-include IDs, then the first available ones.
-        responses = []
-        for container in request.container_requests:
-            chosen = list(dict.fromkeys(container.must_include_deviceIDs))
-            for device_id in container.available_deviceIDs:
-                if len(chosen) >= container.allocation_size:
-                    break
-                if device_id not in chosen:
-                    chosen.append(device_id)
-            responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=chosen))
+        responses = [
+            pb.ContainerPreferredAllocationResponse(
+                deviceIDs=interchangeable_allocation(
+                    container.available_deviceIDs, container.must_include_deviceIDs, container.allocation_size
+                )
+            )
+            for container in request.container_requests
+        ]
         return pb.PreferredAllocationResponse(container_responses=responses)
 
     async def Allocate(

@@ -224,9 +224,7 @@ class NpuCollector:
             except OSError:
                 continue
             except ValueError as exc:
-                readable[LOAD_FILE] = True
-                self._parse_failures[LOAD_FILE] += 1
-                log.debug("unparsable load text: %s", exc)
+                self._unparsable(LOAD_FILE, readable, exc)
                 return None
             readable[LOAD_FILE] = True
             # parse_load already clamps to [0, 1]; a garbled line can name cores the node does not
@@ -249,6 +247,12 @@ class NpuCollector:
             )
         return None
 
+    def _unparsable(self, name: str, readable: dict[str, bool], exc: ValueError) -> None:
+        """A driver file read but not understood: readable, one more parse failure, no figure."""
+        readable[name] = True
+        self._parse_failures[name] += 1
+        log.debug("unparsable %s text: %s", name, exc)
+
     def _read_frequency(self, info: NpuInfo, readable: dict[str, bool]) -> int | None:
         candidates = [info]
         if info.soc.devfreq_node and not (info.frequency_path or "").startswith("/sys/class/devfreq"):
@@ -263,9 +267,7 @@ class NpuCollector:
                 problem = problem or exc
                 continue
             except ValueError as exc:
-                readable[FREQUENCY_FILE] = True
-                self._parse_failures[FREQUENCY_FILE] += 1
-                log.debug("unparsable freq text: %s", exc)
+                self._unparsable(FREQUENCY_FILE, readable, exc)
                 return None
             readable[FREQUENCY_FILE] = True
             if frequency > MAX_PLAUSIBLE_FREQUENCY_HZ:

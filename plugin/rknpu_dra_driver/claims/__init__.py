@@ -1,5 +1,5 @@
 """Claims: the pure booking and device choice, the store (prepare, unprepare, stale claims) with its
-checkpoint and serialize lock, and the per-claim CDI specs."""
+checkpoint ledger and serialize lock, and the per-claim CDI specs."""
 
 from typing import TYPE_CHECKING
 

@@ -1,15 +1,14 @@
-"""Prepared claims: prepare/unprepare (idempotent, a claim shared by pods prepared once), the
-per-claim CDI spec and the checkpoint that survives restarts, rebuilt from the specs if corrupt.
+"""Prepared claims: prepare and unprepare (idempotent) and an earlier boot's stale claims dropped.
 
-No state lives between calls outside the checkpoint: each call takes the node's serialize lock
-(every instance of a rolling update shares it), reads the checkpoint, acts and writes it back, so
-a claim prepared by one instance is unprepared by the other (a new claim's API read happens
-between two holds of the lock). A prepare writes the CDI spec and the checkpoint atomically,
-neither fsynced (why that is enough: `_checkpoint`)."""
+A claim shared by pods is prepared once. No state lives between calls outside the checkpoint
+(`_ledger`): each call takes the node's serialize lock (every instance of a rolling update shares
+it), reads the checkpoint, acts and writes it back, so a claim prepared by one instance is
+unprepared by the other (a new claim's API read happens between two holds of the lock). A prepare
+writes the per-claim CDI spec and the checkpoint atomically, neither fsynced (why that is enough:
+`_checkpoint`)."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,14 +25,14 @@ from ._booking import conflicting_holders, conflicts
 from ._cdi import (
     cdi_device_id,
     claim_spec,
-    claims_in_specs,
     remove_claim_spec,
     spec_path,
     valid_uid,
     write_claim_spec,
 )
-from ._checkpoint import CHECKPOINT_NAME, CheckpointError, Entry, decode_bytes, load, save
+from ._checkpoint import CHECKPOINT_NAME, Entry
 from ._claim import ClaimError, ClaimRef, PreparedClaim, our_devices, pod_claim_name, stale_reason
+from ._ledger import Ledger
 from ._metadata import metadata_paths, remove_metadata, request_metadata, write_metadata
 from ._serialize import SerializeLock
 
@@ -79,89 +78,35 @@ class ClaimStore:
         self.boot_id = boot_id
         self._metrics = metrics if metrics is not None else DraMetrics(None)
         self._lock = SerializeLock(plugin_dir)
-        self._parsed: tuple[bytes, dict[str, Entry]] | None = None
+        self._ledger = Ledger(self.checkpoint_path, cdi_dir, driver_name, boot_id)
         self.before_checkpoint: Callable[[str], None] = lambda uid: None
         """Test hook: called between writing a claim's spec and its checkpoint entry."""
 
     @property
     def claims(self) -> dict[str, PreparedClaim]:
         with self._lock.held():
-            return {uid: entry.claim for uid, entry in self._read().items()}
-
-    def count(self) -> int:
-        """Prepared claims now (the metrics gauge; no lock: a torn read counts as the last good)."""
-        try:
-            return len(load(self.checkpoint_path))
-        except (CheckpointError, OSError):
-            return 0
-
-    def _read(self) -> dict[str, Entry]:
-        """The checkpoint (call with the lock held); a corrupt one is rebuilt from the specs.
-
-        The file is parsed again only when its bytes differ from the last parse (whichever
-        instance wrote it), so the checkpoint stays the only state between calls."""
-        try:
-            raw = self.checkpoint_path.read_bytes()
-        except FileNotFoundError:
-            return {}
-        except OSError:
-            raw = None
-        if raw is not None and self._parsed is not None and self._parsed[0] == raw:
-            return dict(self._parsed[1])
-        try:
-            entries = decode_bytes(raw) if raw is not None else load(self.checkpoint_path)
-            self._parsed = (raw, dict(entries)) if raw is not None else None
-            return entries
-        except (CheckpointError, OSError) as exc:
-            _log.error(
-                "checkpoint refused; rebuilding it from the CDI specs",
-                extra={"fields": {"path": str(self.checkpoint_path), "error": str(exc)}},
-            )
-        # A spec on the CDI tmpfs was written in this boot.
-        entries = {
-            claim.ref.uid: Entry(claim, self.boot_id)
-            for _path, claim in claims_in_specs(self.cdi_dir, self.driver_name)
-            if claim is not None
-        }
-        self._save(entries)
-        return entries
-
-    def _save(self, entries: dict[str, Entry]) -> None:
-        self._parsed = None
-        written = save(self.checkpoint_path, entries)
-        self._parsed = (written, dict(entries))
+            return {uid: entry.claim for uid, entry in self._ledger.read().items()}
 
     def load(self) -> None:
-        """At start: check the checkpoint (a corrupt one is rebuilt from our CDI specs), drop torn
-        writes, and add specs without a checkpoint entry (a kill -9 between writing the two: the
-        kubelet still holds those claims and will unprepare them)."""
+        """At start: the checkpoint recovered (`Ledger.recover`), and how many claims it holds logged."""
         with self._lock.held():
-            self._remove_torn_writes()
-            entries = self._read()
-            recovered = []
-            for path, claim in claims_in_specs(self.cdi_dir, self.driver_name):
-                if claim is None:
-                    _log.warning(
-                        "unreadable CDI spec of ours left as is", extra={"fields": {"path": str(path)}}
-                    )
-                elif claim.ref.uid not in entries:
-                    entries[claim.ref.uid] = Entry(claim, self.boot_id)
-                    recovered.append(claim.ref.uid)
-            if recovered:
-                _log.info("claims recovered from their CDI specs", extra={"fields": {"uids": recovered}})
-                self._save(entries)
+            entries = self._ledger.recover()
             earlier = sum(1 for entry in entries.values() if entry.boot_id != self.boot_id)
         _log.info(
             "prepared claims loaded",
             extra={"fields": {"claims": len(entries), "from_an_earlier_boot": earlier}},
         )
 
+    def count(self) -> int:
+        """Prepared claims now (the metrics gauge; no lock: a torn read counts as the last good)."""
+        return self._ledger.count()
+
     def clean_stale(self) -> int:
         """Drop the claims of an earlier boot that no longer hold their cores on the API server
         (`stale_reason`: the kubelet will never unprepare those); how many of an earlier boot
         remain. Raises ApiError (the caller retries later)."""
         with self._lock.held():
-            entries = self._read()
+            entries = self._ledger.read()
         earlier = [entry.claim for entry in entries.values() if entry.boot_id != self.boot_id]
         remaining = len(earlier)
         for claim in earlier:
@@ -169,9 +114,9 @@ class ClaimStore:
             if reason is None:
                 continue
             with self._lock.held():
-                entries = self._read()
+                entries = self._ledger.read()
                 if self._drop_earlier(entries, claim.ref.uid, reason):
-                    self._save(entries)
+                    self._ledger.save(entries)
             remaining -= 1
         return remaining
 
@@ -198,19 +143,6 @@ class ClaimStore:
             extra={"fields": {"claim": entry.claim.ref.describe(), "reason": reason}},
         )
         return True
-
-    def _remove_torn_writes(self) -> None:
-        """The temporary files of writes a kill interrupted (`write_atomic` names them
-        ``.<name>.<random>.tmp``); the files they were replacing are intact."""
-        patterns = (
-            (self.checkpoint_path.parent, f".{self.checkpoint_path.name}.*.tmp"),
-            (self.cdi_dir, f".{self.driver_name}-claim_*.tmp"),
-        )
-        for folder, pattern in patterns:
-            for temp in folder.glob(pattern) if folder.is_dir() else ():
-                with contextlib.suppress(OSError):
-                    temp.unlink()
-                    _log.info("removed an interrupted write", extra={"fields": {"path": str(temp)}})
 
     # --- prepare --------------------------------------------------------------------------------
 
@@ -239,7 +171,7 @@ class ClaimStore:
         # prepares and unprepares wait only for each other's file writes, not for the API server.
         prepared = self._allocated(ref)
         with self._lock.held():
-            entries = self._read()
+            entries = self._ledger.read()
             known_entry = entries.get(ref.uid)
             if known_entry is not None and known_entry.boot_id == self.boot_id:
                 self._ensure_spec(known_entry.claim)
@@ -256,7 +188,7 @@ class ClaimStore:
                 write_claim_spec(path, self._spec(prepared), durable=False)
                 self.before_checkpoint(ref.uid)
                 entries[ref.uid] = Entry(prepared, self.boot_id)
-                self._save(entries)
+                self._ledger.save(entries)
             except OSError as exc:
                 remove_claim_spec(path)
                 remove_metadata(self.plugin_dir, ref)
@@ -279,7 +211,7 @@ class ClaimStore:
     def _prepared_in_this_boot(self, ref: ClaimRef) -> PreparedClaim | None:
         """The claim's record when this boot prepared it (its spec written again if missing);
         call with the lock held."""
-        known = self._read().get(ref.uid)
+        known = self._ledger.read().get(ref.uid)
         if known is None or known.boot_id != self.boot_id:
             return None
         self._ensure_spec(known.claim)
@@ -308,7 +240,7 @@ class ClaimStore:
             if reason is not None and self._drop_earlier(entries, uid, reason):
                 dropped = True
         if dropped:
-            self._save(entries)
+            self._ledger.save(entries)
         return dropped
 
     def _allocated(self, ref: ClaimRef) -> PreparedClaim:
@@ -387,12 +319,12 @@ class ClaimStore:
         path = spec_path(self.cdi_dir, self.driver_name, ref.uid)
         try:
             with self._lock.held():
-                entries = self._read()
+                entries = self._ledger.read()
                 known = entries.pop(ref.uid, None)
                 remove_claim_spec(path)
                 remove_metadata(self.plugin_dir, ref)
                 if known is not None:
-                    self._save(entries)
+                    self._ledger.save(entries)
         except OSError as exc:
             message = f"{ref.describe()}: cannot remove its state: {exc}"
             _log.error("unprepare failed", extra={"fields": {"claim": ref.describe(), "error": message}})

@@ -339,16 +339,12 @@ class SlicePublisher:
                         extra={"fields": {"slice": sent["metadata"]["name"], "error": str(exc)}},
                     )
             raise gate_off_error()
-        _log.warning(
+        return self._per_core_from_now_on(
             "the API server dropped the partitionable-device fields (feature gate "
             "DRAPartitionableDevices off?); publishing one device per core from now on",
-            extra={"fields": {"slice": sent["metadata"]["name"]}},
+            sent,
+            dry_run=dry_run,
         )
-        self._layout = "per-core"
-        self._kept.clear()
-        if not dry_run:
-            self._wake.set()  # republish in the new layout at once
-        return True
 
     def _shares_dropped(self, sent: dict[str, Any], kept: dict[str, Any], *, dry_run: bool) -> bool:
         """Layout "shared" on a server without DRAConsumableCapacity: one device per core from now
@@ -356,17 +352,22 @@ class SlicePublisher:
         Safe either way: without allowMultipleAllocations each core is one claim's."""
         if not shared_fields_dropped(sent, kept):
             return False
-        _log.warning(
+        return self._per_core_from_now_on(
             "--slice-layout shared: the API server dropped allowMultipleAllocations / the shares' "
             "requestPolicy (feature gate DRAConsumableCapacity off; on by default from Kubernetes "
             "1.36); publishing one device per core from now on: share a core through one "
             "ResourceClaim named by every pod (deploy/dra/samples/shared-core.yaml)",
-            extra={"fields": {"slice": sent["metadata"]["name"]}},
+            sent,
+            dry_run=dry_run,
         )
+
+    def _per_core_from_now_on(self, warning: str, sent: dict[str, Any], *, dry_run: bool) -> bool:
+        """The server dropped a layout's fields: ``warning``, then one device per core from now on."""
+        _log.warning(warning, extra={"fields": {"slice": sent["metadata"]["name"]}})
         self._layout = "per-core"
         self._kept.clear()
         if not dry_run:
-            self._wake.set()
+            self._wake.set()  # republish in the new layout at once
         return True
 
     def _taints_dropped(self, sent: dict[str, Any], kept: dict[str, Any]) -> bool:
