@@ -1,6 +1,7 @@
 """Prints issue 34's stream targets beside their figures, measured in one run (not timed tests).
 
-Usage: python benchmarks/streams_bench.py [--step-seconds S] [--soak-minutes M] [--only PART]
+Usage: python benchmarks/streams_bench.py [--step-seconds S] [--soak-minutes M] [--contexts-per-core N]
+       [--only PART]
 
 - Simulated RK3588 (pool_bench's `SimulatedNpu`: YOLOv8n 13.6 ms per core, 3 cores) with real
   H.264 720p25 decode by PyAV here. The NPU bound (3 x 1000/13.6 FPS / 25) and the decode bound
@@ -45,12 +46,18 @@ def verdict(ok: bool) -> str:
     return "MET" if ok else "NOT MET"
 
 
-def open_detector(folder: Path, workers: str) -> Any:
+def open_detector(folder: Path, workers: str, contexts_per_core: int) -> Any:
     import rknnlaunch
 
     model, settings = _setup(folder)
     sim = _sim(folder, single_core_ms=SINGLE_CORE_MS, outputs="yolo", output_shapes=())
-    return rknnlaunch.Detector(model, settings=settings, rknnlite=sim, workers=workers)  # type: ignore[arg-type]
+    return rknnlaunch.Detector(
+        model,
+        settings=settings,
+        rknnlite=sim,
+        workers=workers,  # type: ignore[arg-type]  # argparse's choices: "thread" or "process"
+        contexts_per_core=contexts_per_core,
+    )
 
 
 def make_clip(folder: Path, name: str, size: tuple[int, int], seconds: float) -> Any:
@@ -67,7 +74,8 @@ def decode_fps(path: Path, repeat: int = 3) -> tuple[float, float]:
 
     from rknnlaunch.streams._decode import software_context
 
-    plain, converted = [], []
+    plain: list[float] = []
+    converted: list[float] = []
     for convert in (False, True) * repeat:
         with av.open(str(path)) as container:
             stream = container.streams.video[0]
@@ -96,7 +104,14 @@ def sustained_part(detector: Any, clip: Any, step_seconds: float) -> tuple[int, 
         f"BGR conversion ({load()})",
         flush=True,
     )
-    ramp = StreamRamp(clip, float(RATE), 3000.0 / RATE, "simulated RK3588, 3 cores", max_streams=24)
+    ramp = StreamRamp(
+        clip,
+        float(RATE),
+        3000.0 / RATE,
+        f"simulated RK3588, 3 cores, {detector.size} contexts",
+        max_streams=24,
+        contexts=detector.size,
+    )
     run_ramp(
         detector,
         ramp,
@@ -298,16 +313,25 @@ def main() -> None:
         help="the soak's clip WxH (640x360: 8 streams of 720p outrun 2 CPUs)",
     )
     parser.add_argument("--workers", choices=["thread", "process"], default="thread", help="Detector workers")
+    parser.add_argument(
+        "--contexts-per-core",
+        type=int,
+        choices=[1, 2],
+        default=2,
+        help="Detector contexts per core (2, as `rknnlaunch watch` and `bench --streams` open it: a "
+        "core infers one context's frame while the other's is prepared on the CPU)",
+    )
     parser.add_argument("--only", choices=["ramp", "rtsp", "soak"], help="run only that part")
     args = parser.parse_args()
     width, _, height = args.soak_size.partition("x")
     with folder() as where:
         print(
-            f"simulated RK3588: YOLOv8n {SINGLE_CORE_MS:.1f} ms per core, {NPU_CORES} cores; {args.workers} "
-            f"workers; {os.cpu_count()} CPUs, {load()}",
+            f"simulated RK3588: YOLOv8n {SINGLE_CORE_MS:.1f} ms per core, {NPU_CORES} cores; "
+            f"{args.contexts_per_core} context{'' if args.contexts_per_core == 1 else 's'} per core; "
+            f"{args.workers} workers; {os.cpu_count()} CPUs, {load()}",
             flush=True,
         )
-        detector = open_detector(where, args.workers)
+        detector = open_detector(where, args.workers, args.contexts_per_core)
         with detector:
             sustained = 0
             if args.only in (None, "ramp", "rtsp"):

@@ -28,7 +28,13 @@ from ._cases import BenchCase, plan_cases
 from ._engine import Progress, run_cases
 from ._opener import PlanOpener
 from ._report import BenchReport
-from ._streams import DEFAULT_MAX_STREAMS, DEFAULT_STEP_SECONDS, StreamBench, check_ramp_options
+from ._streams import (
+    DEFAULT_CONTEXTS_PER_CORE,
+    DEFAULT_MAX_STREAMS,
+    DEFAULT_STEP_SECONDS,
+    StreamBench,
+    check_ramp_options,
+)
 from ._video import VideoInfo, probe_video
 
 CPU_DEFAULTS = (3, 20)
@@ -61,6 +67,8 @@ class BenchOptions:
     latency_bound_ms: float | None = None
     step_seconds: float | None = None
     max_streams: int | None = None
+    contexts_per_core: int | None = None
+    """`bench --streams`: NPU contexts per core (None: `DEFAULT_CONTEXTS_PER_CORE`, 2)."""
 
 
 def synthetic_frame(width: int = 1280, height: int = 720) -> npt.NDArray[np.uint8]:
@@ -260,6 +268,7 @@ STREAM_ONLY = {
     "latency_bound_ms": "--latency-bound",
     "step_seconds": "--step-seconds",
     "max_streams": "--max-streams",
+    "contexts_per_core": "--contexts-per-core",
 }
 """Options that mean something only with ``--streams``."""
 FRAME_ONLY = {"image": "--image", "iterations": "-n", "warmup": "--warmup", "threads": "--threads"}
@@ -286,7 +295,8 @@ def prepare_streams(
     rate, bound = check_ramp_options(video, options.rate, options.latency_bound_ms, step_seconds, max_streams)
     if options.all_cores:
         settings = settings.model_copy(update={"core_mask": None, "cores": None})
-    the_plan = plan(model, None, options.backend, settings, "per-core")
+    per_core = DEFAULT_CONTEXTS_PER_CORE if options.contexts_per_core is None else options.contexts_per_core
+    the_plan = plan(model, None, options.backend, settings, "per-core", per_core)
     pipeline = ModelPipeline.for_model(the_plan.model, options.pad, options.conf, options.iou)
     target = the_plan.target if the_plan.backend == "npu" else None
     if target is not None:
@@ -295,7 +305,17 @@ def prepare_streams(
     else:
         label = f"CPU (onnxruntime): {the_plan.cpu_reason}"
     return StreamBench(
-        the_plan, settings, pipeline, rknnlite, video, rate, bound, step_seconds, max_streams, label
+        the_plan,
+        settings,
+        pipeline,
+        rknnlite,
+        video,
+        rate,
+        bound,
+        step_seconds,
+        max_streams,
+        label,
+        contexts_per_core=per_core,
     )
 
 

@@ -30,6 +30,11 @@ allows 12 late frames (pacing jitter on a busy machine), not a stream that stead
 DEFAULT_STEP_SECONDS = 10.0
 DEFAULT_WARMUP_SECONDS = 2.0
 DEFAULT_MAX_STREAMS = 32
+DEFAULT_CONTEXTS_PER_CORE = 2
+"""Streams are run as `watch` runs them: with one context per core, the core idles while its frame
+is converted, letterboxed and decoded on the CPU (simulated RK3588: 7 streams sustained with one,
+9 of an 8.8 NPU bound with two). A single-core NPU opens two contexts on its one core; the CPU
+backend ignores it."""
 MADE_CLIP_SECONDS = 10
 """The made clip's length: it loops, and each loop reopens the file (fewer, the longer it is)."""
 MAX_STREAMS = 256
@@ -207,9 +212,14 @@ class StreamRamp:
     rate: float
     bound_ms: float
     context: str
-    """What ran the frames (``NPU rk3588 cores 0,1,2 (3 contexts)``, ``CPU (onnxruntime) ...``)."""
+    """What ran the frames (``NPU rk3588 cores 0,1,2 (...), 6 contexts (2 per core)``, ``CPU
+    (onnxruntime) ..., 1 context``)."""
     steps: list[StreamStep] = field(default_factory=list)
     max_streams: int = DEFAULT_MAX_STREAMS
+    contexts: int | None = None
+    """How many contexts ran the frames (None: not known, e.g. a detector made by the caller)."""
+    contexts_per_core: int | None = None
+    """NPU contexts per core (None on the CPU, which opens one session whatever was asked)."""
 
     @property
     def sustained(self) -> int:
@@ -250,6 +260,8 @@ class StreamRamp:
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "rknnlaunch_version": __version__,
             "context": self.context,
+            "contexts": self.contexts,
+            "contexts_per_core": self.contexts_per_core,
             "video": {
                 "path": str(self.video.path) if not self.video.made else None,
                 "made_from_photo": self.video.made,
@@ -413,12 +425,22 @@ class StreamBench:
     max_streams: int
     label: str
     warmup: float = DEFAULT_WARMUP_SECONDS
+    contexts_per_core: int = DEFAULT_CONTEXTS_PER_CORE
+
+    @property
+    def on_npu(self) -> bool:
+        return self.plan.backend == "npu"
 
     def heading(self) -> list[str]:
         """The lines printed before the run."""
         video = "a clip made from a photo" if self.video.made else str(self.video.path)
+        per_core = (
+            f", {self.contexts_per_core} context{'' if self.contexts_per_core == 1 else 's'} per core"
+            if self.on_npu
+            else ""
+        )
         return [
-            f"rknnlaunch bench --streams: {self.label}",
+            f"rknnlaunch bench --streams: {self.label}{per_core}",
             f"  model {self.plan.model.name}; {video} ({self.video.shape} {self.video.codec}), looped, paced "
             f"as a camera; each step adds a stream and runs {self.warmup:g} s + {self.step_seconds:g} s "
             f"(up to {self.max_streams} streams)",
@@ -449,7 +471,19 @@ class StreamBench:
                 iou=self.pipeline.iou,
                 pad=self.pipeline.pad_value,
                 launch_plan=self.plan,
+                contexts_per_core=self.contexts_per_core,
             ) as detector:
                 context = f"{self.label}, {detector.size} context{'' if detector.size == 1 else 's'}"
-                ramp = StreamRamp(video, self.rate, self.bound_ms, context, max_streams=self.max_streams)
+                per_core = self.contexts_per_core if self.on_npu else None
+                if per_core is not None:
+                    context += f" ({per_core} per core)"
+                ramp = StreamRamp(
+                    video,
+                    self.rate,
+                    self.bound_ms,
+                    context,
+                    max_streams=self.max_streams,
+                    contexts=detector.size,
+                    contexts_per_core=per_core,
+                )
                 return run_ramp(detector, ramp, self.step_seconds, self.warmup, on_step)

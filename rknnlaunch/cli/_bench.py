@@ -22,6 +22,7 @@ from ..bench import (
 )
 from ..runtime import BACKENDS, RknnLiteFactory
 from ..settings import NpuSettings, load_settings
+from ._contexts import add_contexts_option
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -104,6 +105,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--step-seconds", type=float, metavar="S", help="measured seconds per step, after 2 s of warm-up (10)"
     )
     streams.add_argument("--max-streams", type=int, metavar="N", help="stop adding streams at N (32)")
+    add_contexts_option(streams, default=None)  # None: not given (a streams option without --streams)
     parser.set_defaults(handler=run)
 
 
@@ -134,6 +136,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         latency_bound_ms=args.latency_bound,
         step_seconds=args.step_seconds,
         max_streams=args.max_streams,
+        contexts_per_core=args.contexts_per_core,
     )
 
 

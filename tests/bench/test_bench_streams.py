@@ -71,6 +71,8 @@ def test_the_ramp_adds_streams_and_prints_steps_figure_json_and_plot(
     assert code == 0, text
     lines = text.splitlines()
     assert lines[0].startswith("rknnlaunch bench --streams: NPU rk3588 cores 0,1,2")
+    # two contexts per core by default, as `watch` opens them (docs/streams.md, "In flight")
+    assert lines[0].endswith(", 2 contexts per core"), lines[0]
     steps = [line for line in lines if ": FPS per stream min" in line]
     assert [line.split()[0] for line in steps] == ["1", "2"], text
     assert all(line.endswith("sustained") for line in steps), text
@@ -83,6 +85,8 @@ def test_the_ramp_adds_streams_and_prints_steps_figure_json_and_plot(
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     doc = json.loads(report.read_text())
     assert doc["schema"] == "rknnlaunch.bench-streams/1" and doc["sustained"] == 2
+    assert doc["contexts"] == 6 and doc["contexts_per_core"] == 2
+    assert doc["context"].endswith(", 6 contexts (2 per core)") and doc["context"] in doc["figure"]
     assert doc["video"] == {
         "path": str(tiny_clip), "made_from_photo": False,
         "width": 160, "height": 90, "fps": 25.0, "codec": "h264",
@@ -92,6 +96,28 @@ def test_the_ramp_adds_streams_and_prints_steps_figure_json_and_plot(
         assert step["sustained"] and len(step["streams"]) == step["count"]
         for stream in step["streams"]:
             assert stream["results"] >= 13 and stream["p99_ms"] is not None
+
+
+def test_contexts_per_core_1_opens_one_context_per_core(
+    run_sim: Run, tiny_clip: Path, tmp_path: Path
+) -> None:
+    report = tmp_path / "one.json"
+    code, text = run_sim(
+        "--video", str(tiny_clip), "--step-seconds", "1", "--max-streams", "1", "--latency-bound", "5000",
+        "--contexts-per-core", "1", "--json", str(report),
+    )  # fmt: skip
+    assert code == 0, text
+    assert text.splitlines()[0].endswith(", 1 context per core")
+    doc = json.loads(report.read_text())
+    assert doc["contexts"] == 3 and doc["contexts_per_core"] == 1
+    assert doc["context"].endswith(", 3 contexts (1 per core)")
+
+
+def test_the_streams_default_is_watch_s() -> None:
+    from rknnlaunch.bench._streams import DEFAULT_CONTEXTS_PER_CORE
+    from rknnlaunch.cli._contexts import STREAMS_CONTEXTS_PER_CORE
+
+    assert DEFAULT_CONTEXTS_PER_CORE == STREAMS_CONTEXTS_PER_CORE == 2
 
 
 def test_a_step_past_the_bound_stops_the_ramp_and_says_why(run_sim: Run, tiny_clip: Path) -> None:
@@ -181,6 +207,12 @@ def test_bad_videos_and_stray_options_exit_2_with_one_line(
         (["--streams", "--video", str(tmp_path)], "is not a regular file"),
         (["--rate", "5"], "--rate is an option of bench --streams\n  fix: add --streams, or drop --rate"),
         (["--video", str(tiny_clip)], "--video is an option of bench --streams"),
+        (["--contexts-per-core", "1"], "--contexts-per-core is an option of bench --streams"),
+        (
+            ["--streams", "--contexts-per-core", "3"],
+            "argument --contexts-per-core: invalid choice: 3 (choose from 1, 2)",
+        ),
+        (["--streams", "--contexts-per-core", "x"], "argument --contexts-per-core: invalid int value: 'x'"),
     ]
     for flags, message in cases:
         assert main(["bench", *flags]) == 2, flags

@@ -101,6 +101,7 @@ def test_the_table_follows_the_parser() -> None:
     assert "--plot" in words["bench"] and "-o" in words["convert"] and words["model"][0] == "inspect"
     assert choices["bench|--backend"] == ["auto", "npu", "cpu"] and choices["bench|--json"] == []
     assert "bench|--no-pool" not in choices  # a flag takes no value
+    assert choices["watch|--contexts-per-core"] == choices["bench|--contexts-per-core"] == ["1", "2"]
 
 
 def test_zsh_script_uses_bashcompinit(capsys: pytest.CaptureFixture[str]) -> None:

@@ -34,12 +34,17 @@ TABLE: list[tuple[str, str, str, dict[str, str], object, str, int, str, object]]
     ("auto", "m.rknn", "rk3576", {}, None, "per-core", 1, "npu", [{0}, {1}]),
     # single-core NPUs take only mask 0: one context
     ("auto", "m.rknn", "rk3568", {}, None, "per-core", 1, "npu", [{0}]),
+    # ...and with 2 per core (watch's default), two contexts on that one core, never an error
+    ("auto", "m.rknn", "rk3568", {}, None, "per-core", 2, "npu", [{0}, {0}]),
     # the latency path: one context over the chosen cores
     ("auto", "m.rknn", "rk3588-drm", {}, None, "one", 1, "npu", [{0, 1, 2}]),
     ("npu", "m.rknn", "rk3588-drm", {"RKNN_NPU_CORE_MASK": "3"}, None, "one", 1, "npu", [{0, 1}]),
     ("auto", "m.rknn", "rk3588-drm", {}, "2", "one", 1, "npu", [{2}]),
     # the CPU, and why
     ("cpu", "m.rknn", "rk3588-drm", {}, None, "per-core", 1, "cpu", "backend='cpu' requested"),
+    # the CPU opens one session whatever contexts_per_core says (watch's default 2 included)
+    ("cpu", "m.rknn", "rk3588-drm", {}, None, "per-core", 2, "cpu", "backend='cpu' requested"),
+    ("auto", "m.rknn", "", {}, None, "per-core", 2, "cpu", "no NPU found"),
     ("auto", "m.rknn", "", {}, None, "per-core", 1, "cpu", "no NPU found"),
     (
         "auto",

@@ -9,20 +9,25 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from awaiting import sigint_as_in_a_terminal
+from bench.bench_fakes import write_rknn
 from sdk.rknnlite_fake import SimulatedNpu
 from streams.conftest import ClipMaker, free_port
 from streams.rtsp import RtspServer, missing_gstreamer
 
-from rknnlaunch import RknnLaunchError
+from rknnlaunch import Detector, RknnLaunchError
 from rknnlaunch._entry import exit_code_for
+from rknnlaunch.cli import _watch
 from rknnlaunch.cli._main import build_parser, main
 from rknnlaunch.cli._watch import execute
+from rknnlaunch.npu import HostRoot
 from rknnlaunch.settings import NpuSettings
+from rknnlaunch.settings._env import load_settings
 
 Npu = tuple[Path, NpuSettings, SimulatedNpu]
 
@@ -74,6 +79,59 @@ def test_out_takes_the_lines_and_stdout_the_summary(npu: Npu, clip: ClipMaker, t
     assert any("frame" in r for r in written) and any(r.get("event") == "ended" for r in written)
 
 
+class OpenedDetectors:
+    """Stands in for `Detector` in the watch command: opens the real one, keeps what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[dict[str, Any]] = []
+        self.sizes: list[int] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Detector:
+        self.asked.append(kwargs)
+        detector = Detector(*args, **kwargs)
+        self.sizes.append(detector.size)
+        return detector
+
+
+@pytest.mark.parametrize(("argv", "per_core", "contexts"), [([], 2, 6), (["--contexts-per-core", "1"], 1, 3)])
+def test_two_contexts_per_core_unless_told(
+    npu: Npu,
+    clip: ClipMaker,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    per_core: int,
+    contexts: int,
+) -> None:
+    # Many streams keep a core busy only when one context infers while the other's frame is
+    # prepared on the CPU (docs/streams.md, "In flight"): 2 per core on the fixture's 3 cores.
+    opened = OpenedDetectors()
+    monkeypatch.setattr(_watch, "Detector", opened)
+    code, _, _ = watch(npu, str(clip("h264", (320, 180), frames=5)), *argv)
+    assert code == 0
+    assert [asked["contexts_per_core"] for asked in opened.asked] == [per_core]
+    assert opened.sizes == [contexts]
+
+
+def test_a_single_core_npu_gets_its_two_contexts_on_core_0(
+    host_factory: Callable[[str], HostRoot], clip: ClipMaker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # RK3566/3568/3562 take only mask 0: the default opens two contexts there, never an error.
+    host = host_factory("rk3568")
+    model = write_rknn(tmp_path / "yolov8n.rknn", "rk3568")
+    (tmp_path / "npu").mkdir()
+    sim = SimulatedNpu(
+        str(tmp_path / "npu"), soc="rk3568", single_core_ms=2.0, outputs="yolo", output_shapes=()
+    )
+    opened = OpenedDetectors()
+    monkeypatch.setattr(_watch, "Detector", opened)
+    code, out, _ = watch(
+        (model, load_settings({"RKNNLAUNCH_ROOT": str(host.root)}), sim),
+        str(clip("h264", (320, 180), frames=5)),
+    )
+    assert code == 0 and opened.sizes == [2]
+    assert any("frame" in row for row in rows(out))
+
+
 def test_every_source_failed_exits_1(npu: Npu, tmp_path: Path) -> None:
     with pytest.raises(RknnLaunchError, match="every source failed") as raised:
         watch(npu, str(tmp_path / "a.mp4"), str(tmp_path / "b.mp4"))
@@ -92,6 +150,8 @@ def test_every_source_failed_exits_1(npu: Npu, tmp_path: Path) -> None:
         (["--out", "/proc/no/such/folder/x.jsonl"], "--out /proc/no/such/folder/x.jsonl: the folder"),
         (["--out", "/"], "--out / is a folder"),
         (["--credentials-file", "/no/such/netrc"], "credentials file /no/such/netrc does not exist"),
+        (["--contexts-per-core", "3"], "argument --contexts-per-core: invalid choice: 3 (choose from 1, 2)"),
+        (["--contexts-per-core", "two"], "argument --contexts-per-core: invalid int value: 'two'"),
     ],
 )
 def test_bad_options_are_one_line_before_anything_opens(
@@ -148,6 +208,7 @@ def test_no_password_in_any_output(npu: Npu, clip: ClipMaker, tmp_path: Path) ->
 
 
 def test_ctrl_c_stops_cleanly_with_the_summary(clip: ClipMaker, tmp_path: Path) -> None:
+    # Also the CPU backend under watch's default --contexts-per-core 2: ignored there, no error.
     source = clip("h264", (320, 180), frames=25)
     env = {**os.environ, "RKNNLAUNCH_ROOT": str(tmp_path)}
     process = subprocess.Popen(

@@ -7,14 +7,17 @@ import itertools
 import logging
 import socket
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pytest
+from awaiting import PATIENCE
 from streams.conftest import ClipMaker, free_port
 
-from rknnlaunch import Detector
+from rknnlaunch import Detector, DetectResult
 from rknnlaunch.streams import Policy, Source, StreamEvent, StreamResult, Watcher
 
 DetectorFactory = Callable[..., Detector]
@@ -84,6 +87,76 @@ def test_streams_take_turns_on_busy_cores(clip: ClipMaker, detector_factory: Det
         stats = watcher.stats()
     detected = [stats[f"cam{i}"].detected for i in range(3)]
     assert min(detected) > 0 and max(detected) <= 1.5 * min(detected), detected
+
+
+class GatedDetector:
+    """A `Detector` whose results the test hands out one at a time: each submitted frame runs, but
+    its Future resolves only on `release_one`; counts the frames submitted and the most held at once."""
+
+    def __init__(self, inner: Detector) -> None:
+        self.inner = inner
+        self.size = inner.size
+        self._cond = threading.Condition()
+        self._held: deque[tuple[Future[DetectResult], Future[DetectResult]]] = deque()
+        self.submitted = 0
+        self.peak = 0
+        self._open = False
+
+    def submit(self, frame: Any, index: int | None = None, dropped: int = 0) -> Future[DetectResult]:
+        ran = self.inner.submit(frame, index, dropped)
+        with self._cond:
+            self.submitted += 1
+            if self._open:
+                return ran
+            shown: Future[DetectResult] = Future()
+            self._held.append((ran, shown))
+            self.peak = max(self.peak, len(self._held))
+            self._cond.notify_all()
+            return shown
+
+    def wait_submitted(self, count: int) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: self.submitted >= count, PATIENCE), (count, self.submitted)
+
+    def _pass(self, ran: Future[DetectResult], shown: Future[DetectResult]) -> None:
+        # Outside the lock: resolving runs the watcher's callback, which may submit the next frame.
+        shown.set_result(ran.result(PATIENCE))
+
+    def release_one(self) -> None:
+        with self._cond:
+            ran, shown = self._held.popleft()
+        self._pass(ran, shown)
+
+    def open(self) -> None:
+        """Release every held frame and hold no more (the watch can then end)."""
+        with self._cond:
+            self._open = True
+            held, self._held = list(self._held), deque()
+        for ran, shown in held:
+            self._pass(ran, shown)
+
+
+def test_one_frame_per_context_in_flight_by_default(
+    clip: ClipMaker, detector_factory: DetectorFactory
+) -> None:
+    # Six looping streams always have a frame waiting; the detector has 3 contexts. The watcher
+    # submits one frame per context and no more: a fourth would wait in the detector's queue, where
+    # a newer frame of its stream could not replace it. Each release lets exactly one more in.
+    source = clip("h264", (320, 180), frames=25)
+    gated = GatedDetector(detector_factory())
+    assert gated.size == 3
+    sources = [Source(str(source), name=f"cam{i}", loop=True) for i in range(6)]
+    with Watcher(sources, gated, keep_images=False) as watcher:
+        watcher.start()
+        for count in range(3, 12):
+            gated.wait_submitted(count)
+            gated.release_one()
+        gated.wait_submitted(12)
+        watcher.stop()
+        gated.open()
+        results = [item for item in watcher.results() if isinstance(item, StreamResult)]
+    assert gated.peak == 3, gated.peak
+    assert len(results) >= 9
 
 
 def test_a_rate_spaces_detections_evenly_and_skips_decoding_where_it_can(
