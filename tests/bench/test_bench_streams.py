@@ -120,7 +120,15 @@ def test_the_streams_default_is_watch_s() -> None:
     assert DEFAULT_CONTEXTS_PER_CORE == STREAMS_CONTEXTS_PER_CORE == 2
 
 
-def test_a_step_past_the_bound_stops_the_ramp_and_says_why(run_sim: Run, tiny_clip: Path) -> None:
+def test_a_step_past_the_bound_stops_the_ramp_and_says_why(
+    run_sim: Run, tiny_clip: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rknnlaunch.bench import _streams
+
+    # The rate share off: this test pins the latency bound's verdict, and a 1 s step under load can
+    # lose a frame of 10 (the stress run saw 9.0 FPS), which the rate rule would name first. The
+    # rate rule has its own table test below.
+    monkeypatch.setattr(_streams, "KEEP_FRACTION", 0.0)
     code, text = run_sim(
         "--video", str(tiny_clip), "--step-seconds", "1", "--rate", "10", "--latency-bound", "0.01"
     )
