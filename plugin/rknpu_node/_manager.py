@@ -155,7 +155,7 @@ class ResourceManager:
             compatible = info.compatible_path
         except DiscoveryError as exc:
             info, error = None, str(exc)
-        extras = self._find_extras()
+        extras, presence_lines = self._find_extras()
         with self._lock:
             if self._closed:
                 return False
@@ -169,6 +169,9 @@ class ResourceManager:
             error_changed = error != self._last_error
             self._last_error = error
             changed, state = self._publish_locked()
+        # Said once the extras are stored: "Allocate hands it in" is true by the time it is read.
+        for say in presence_lines:
+            say()
         ids = state.ids
         if first_info and info is not None:
             _log.info(
@@ -252,29 +255,33 @@ class ResourceManager:
         )
         self._events.health_changed(dict(state.health))
 
-    def _find_extras(self) -> NodeExtras:
-        """The configured extra device nodes and host librknnrt that exist on the host now.
+    def _find_extras(self) -> tuple[NodeExtras, list[Callable[[], None]]]:
+        """The configured extra device nodes and host librknnrt that exist on the host now, and the
+        lines that say what changed, for the caller to log once it has stored them.
 
         Absent ones are left out of Allocate (a missing hostPath would fail every pod's start);
         each absence is said once, and its return too.
         """
-        present = tuple(path for path in self._extra_devices if self._note_presence(path, "extra device"))
+        lines: list[Callable[[], None]] = []
+        present = tuple(
+            path for path in self._extra_devices if self._note_presence(path, "extra device", lines)
+        )
         librknnrt = self._host_librknnrt
-        if librknnrt is not None and not self._note_presence(librknnrt, "host librknnrt"):
+        if librknnrt is not None and not self._note_presence(librknnrt, "host librknnrt", lines):
             librknnrt = None
-        return NodeExtras(present, librknnrt)
+        return NodeExtras(present, librknnrt), lines
 
-    def _note_presence(self, host_path: str, what: str) -> bool:
+    def _note_presence(self, host_path: str, what: str, lines: list[Callable[[], None]]) -> bool:
         there = os.path.exists(self.host.local(host_path))
+        fields = {"fields": {"path": host_path}}
         if not there and host_path not in self._absent:
             self._absent.add(host_path)
-            _log.warning(
-                f"{what} not on this node; Allocate leaves it out until it appears",
-                extra={"fields": {"path": host_path}},
-            )
+            message = f"{what} not on this node; Allocate leaves it out until it appears"
+            lines.append(lambda: _log.warning(message, extra=fields))
         elif there and host_path in self._absent:
             self._absent.discard(host_path)
-            _log.info(f"{what} appeared; Allocate hands it in", extra={"fields": {"path": host_path}})
+            message = f"{what} appeared; Allocate hands it in"
+            lines.append(lambda: _log.info(message, extra=fields))
         return there
 
     def run(self, stop: threading.Event) -> None:
