@@ -8,6 +8,7 @@ pushes the whole device list to every sink; `close()` ends every stream (None).
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import threading
@@ -28,6 +29,9 @@ _log = get_logger("health")
 
 # How often the node folders are polled when inotify is unavailable (health within 1 s).
 POLL_FALLBACK_INTERVAL = 0.25
+
+PresenceLine = tuple[int, str, str]
+"""A presence change to log once the scan has stored it: (logging level, message, host path)."""
 
 
 @dataclass(frozen=True)
@@ -170,8 +174,8 @@ class ResourceManager:
             self._last_error = error
             changed, state = self._publish_locked()
         # Said once the extras are stored: "Allocate hands it in" is true by the time it is read.
-        for say in presence_lines:
-            say()
+        for level, message, path in presence_lines:
+            _log.log(level, message, extra={"fields": {"path": path}})
         ids = state.ids
         if first_info and info is not None:
             _log.info(
@@ -255,14 +259,14 @@ class ResourceManager:
         )
         self._events.health_changed(dict(state.health))
 
-    def _find_extras(self) -> tuple[NodeExtras, list[Callable[[], None]]]:
+    def _find_extras(self) -> tuple[NodeExtras, list[PresenceLine]]:
         """The configured extra device nodes and host librknnrt that exist on the host now, and the
         lines that say what changed, for the caller to log once it has stored them.
 
         Absent ones are left out of Allocate (a missing hostPath would fail every pod's start);
         each absence is said once, and its return too.
         """
-        lines: list[Callable[[], None]] = []
+        lines: list[PresenceLine] = []
         present = tuple(
             path for path in self._extra_devices if self._note_presence(path, "extra device", lines)
         )
@@ -271,17 +275,15 @@ class ResourceManager:
             librknnrt = None
         return NodeExtras(present, librknnrt), lines
 
-    def _note_presence(self, host_path: str, what: str, lines: list[Callable[[], None]]) -> bool:
+    def _note_presence(self, host_path: str, what: str, lines: list[PresenceLine]) -> bool:
         there = os.path.exists(self.host.local(host_path))
-        fields = {"fields": {"path": host_path}}
         if not there and host_path not in self._absent:
             self._absent.add(host_path)
             message = f"{what} not on this node; Allocate leaves it out until it appears"
-            lines.append(lambda: _log.warning(message, extra=fields))
+            lines.append((logging.WARNING, message, host_path))
         elif there and host_path in self._absent:
             self._absent.discard(host_path)
-            message = f"{what} appeared; Allocate hands it in"
-            lines.append(lambda: _log.info(message, extra=fields))
+            lines.append((logging.INFO, f"{what} appeared; Allocate hands it in", host_path))
         return there
 
     def run(self, stop: threading.Event) -> None:
