@@ -80,7 +80,10 @@ def nms(
     greedy answer is the unique one; it takes as many rounds as the longest suppression chain), or
     for the usual few hundred overlapping pairs, one pass over them in order.
     """
-    return nms_with(boxes, scores, class_ids, iou_threshold, max_detections, _pair_iou, iou_matrix)
+    # Boxes near float32's limit (a broken model's output) overflow their areas: their IoU is then
+    # NaN or 0 and suppresses nothing, which is what such a box deserves, without a warning.
+    with np.errstate(over="ignore", invalid="ignore"):
+        return nms_with(boxes, scores, class_ids, iou_threshold, max_detections, _pair_iou, iou_matrix)
 
 
 def nms_with(
