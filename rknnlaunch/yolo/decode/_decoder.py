@@ -218,14 +218,18 @@ class Decoder:
                 coefficients = np.zeros((len(kept.scores), mask_channels(plan)), np.float32)
             protos = self._protos(outputs, plan.protos)
             width, height = self._input_size(outputs, info)
-            if self.masks == "image" and info is not None:
-                masks = source_masks(coefficients, protos, boxes, info)
-                region = (0.0, 0.0, float(info.source_width), float(info.source_height))
-            else:
-                masks = proto_masks(coefficients, protos, input_boxes, width, height)
-                proto_h, proto_w = protos.values.shape[1:]
-                full = LetterboxInfo.identity(width, height) if info is None else info
-                region = source_region(full, proto_w, proto_h)
+            # A broken model's values near float32's limit overflow the logits to +-Inf (NaN for
+            # Inf - Inf): such a pixel is masked by its sign, or not at all. Said once per call, not
+            # per box: an errstate costs about as much as one box's matmul.
+            with np.errstate(over="ignore", invalid="ignore"):
+                if self.masks == "image" and info is not None:
+                    masks = source_masks(coefficients, protos, boxes, info)
+                    region = (0.0, 0.0, float(info.source_width), float(info.source_height))
+                else:
+                    masks = proto_masks(coefficients, protos, input_boxes, width, height)
+                    proto_h, proto_w = protos.values.shape[1:]
+                    full = LetterboxInfo.identity(width, height) if info is None else info
+                    region = source_region(full, proto_w, proto_h)
         return Detections(
             boxes,
             kept.scores,

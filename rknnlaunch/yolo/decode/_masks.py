@@ -31,10 +31,7 @@ class Protos(NamedTuple):
         window = self.values[:, y0:y1, x0:x1]
         channels = window.shape[0]
         flat = np.asarray(window.reshape(channels, -1), np.float32)
-        # A broken model's values near float32's limit overflow to +-Inf (NaN for Inf - Inf): such a
-        # pixel is masked by its sign, or not at all, and the caller's mask is still defined.
-        with np.errstate(over="ignore", invalid="ignore"):
-            out = coefficients @ flat
+        out = coefficients @ flat
         if self.zero_point:
             out -= np.float32(self.zero_point) * coefficients.sum()
         return np.asarray(out.reshape(y1 - y0, x1 - x0), np.float32)
