@@ -17,7 +17,7 @@ from rknnlaunch.yolo import LAYOUTS, Detections, LetterboxInfo, Quant, make_deco
 DIMS = st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 32, 52, 64, 65, 80, 84])
 SHAPES = st.lists(st.lists(DIMS, min_size=1, max_size=4).map(tuple), min_size=1, max_size=13)
 # A broken model's values (Inf, NaN, 1e30) are handled, not warned about: numpy's overflow warnings
-# from the mask logits and the box areas reached users, and about 1 suite run in 3 here.
+# from the mask logits and the box areas reached users, and about 1 suite run in 4 here.
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
 
 SPECIALS = st.sampled_from([np.nan, np.inf, -np.inf, 0.0, 1.0, 1e30, -1e30])

@@ -102,8 +102,8 @@ def source_masks(
         wx0, wx1 = int(u0.min()), int(u1.max()) + 1
         wy0, wy1 = int(v0.min()), int(v1.max()) + 1
         logits = protos.window_logits(coefficients[k], wy0, wy1, wx0, wx1)
-        with np.errstate(invalid="ignore"):  # Inf protos x weight 0 is NaN: not > 0, so not masked
-            top = logits[v0 - wy0][:, u0 - wx0] * (1 - fu) + logits[v0 - wy0][:, u1 - wx0] * fu
-            bottom = logits[v1 - wy0][:, u0 - wx0] * (1 - fu) + logits[v1 - wy0][:, u1 - wx0] * fu
-            out[k, r0:r1, c0:c1] = (top * (1 - fv) + bottom * fv) > 0
+        # Inf logits x weight 0 is NaN: not > 0, so not masked (the caller allows it, once per call)
+        top = logits[v0 - wy0][:, u0 - wx0] * (1 - fu) + logits[v0 - wy0][:, u1 - wx0] * fu
+        bottom = logits[v1 - wy0][:, u0 - wx0] * (1 - fu) + logits[v1 - wy0][:, u1 - wx0] * fu
+        out[k, r0:r1, c0:c1] = (top * (1 - fv) + bottom * fv) > 0
     return out
